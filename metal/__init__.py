@@ -1,0 +1,1 @@
+"""Kernel sources (metal/ in the repository), shipped as package data."""

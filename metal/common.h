@@ -1,0 +1,107 @@
+// Scalar types and helpers shared by every kernel family.
+//
+// Written in the C++14 subset of the Metal Shading Language. The CUDA and
+// OpenCL preludes (prelude_cuda.h, prelude_opencl.h) give MSL's names a meaning
+// there, so this file compiles unchanged on all three runtimes. See README.md.
+#pragma once
+
+// A complex number as one small aggregate: no constructors (OpenCL C++ rejects
+// MSL's vector constructors, and an aggregate copies between address spaces
+// without address-space-qualified constructors), free-function operators that
+// take and return values.
+template <typename R>
+struct complex_t {
+  R re;
+  R im;
+};
+
+template <typename R>
+complex_t<R> operator+(complex_t<R> a, complex_t<R> b) {
+  return {a.re + b.re, a.im + b.im};
+}
+
+template <typename R>
+complex_t<R> operator-(complex_t<R> a, complex_t<R> b) {
+  return {a.re - b.re, a.im - b.im};
+}
+
+template <typename R>
+complex_t<R> operator-(complex_t<R> a) {
+  return {-a.re, -a.im};
+}
+
+template <typename R>
+complex_t<R> operator*(complex_t<R> a, complex_t<R> b) {
+  return {fma(a.re, b.re, -a.im * b.im), fma(a.re, b.im, a.im * b.re)};
+}
+
+template <typename R>
+complex_t<R> operator*(R a, complex_t<R> b) {
+  return {a * b.re, a * b.im};
+}
+
+// Smith's algorithm: no overflow or underflow of |b|^2 for |b| near the range
+// limits. Division by an exact zero gives +-inf or NaN per component, the
+// pattern LAPACK's singular solves leave.
+template <typename R>
+complex_t<R> operator/(complex_t<R> a, complex_t<R> b) {
+  if (fabs(b.re) >= fabs(b.im)) {
+    if (b.re == R(0)) {
+      return {a.re / b.re, a.im / b.re};
+    }
+    const R r = b.im / b.re;
+    const R d = fma(b.im, r, b.re);
+    return {fma(a.im, r, a.re) / d, fma(-a.re, r, a.im) / d};
+  }
+  const R r = b.re / b.im;
+  const R d = fma(b.re, r, b.im);
+  return {fma(a.re, r, a.im) / d, fma(a.im, r, -a.re) / d};
+}
+
+template <typename R>
+bool operator==(complex_t<R> a, complex_t<R> b) {
+  return a.re == b.re && a.im == b.im;
+}
+
+// What kernels need to know about a scalar type T (real R or complex_t<R>).
+template <typename T>
+struct scalar_traits {
+  typedef T real;
+  static T from_real(T x) { return x; }
+};
+
+template <typename R>
+struct scalar_traits<complex_t<R>> {
+  typedef R real;
+  static complex_t<R> from_real(R x) { return {x, R(0)}; }
+};
+
+template <typename R>
+R conj(R x) {
+  return x;
+}
+
+template <typename R>
+complex_t<R> conj(complex_t<R> z) {
+  return {z.re, -z.im};
+}
+
+// |re| + |im|: the magnitude LAPACK's isamax/icamax compare when pivoting.
+template <typename R>
+R abs1(R x) {
+  return fabs(x);
+}
+
+template <typename R>
+R abs1(complex_t<R> z) {
+  return fabs(z.re) + fabs(z.im);
+}
+
+// Where the calling thread is; filled in by each runtime's generated entry point.
+struct thread_position {
+  uint group_index;   // threadgroup index in the (1-D) grid
+  uint thread_index;  // thread index in its threadgroup
+  uint group_size;    // threads per threadgroup
+  uint simd_lane;     // lane in its SIMD group (width 32 on every runtime)
+  uint simd_group;    // SIMD group index in its threadgroup
+};

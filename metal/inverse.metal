@@ -1,0 +1,173 @@
+// Fused batched inverse and determinant of matrices with n <= 4.
+//
+// One thread factors one matrix in registers; a threadgroup of GROUP threads
+// stages GROUP consecutive matrices through threadgroup memory so that every
+// global load and store is contiguous across the group (one matrix per thread
+// read straight from memory would stride each SIMD-wide access by N*N
+// elements). Matrices are row-major and contiguous; the batch is flat.
+#include "common.h"
+
+// sgetf2 / cgetf2 in registers: A[row] = L U with partial pivoting.
+// The pivot is the first row of largest |re| + |im| (isamax / icamax). A zero
+// pivot sets info to its 1-based index (the first one is kept), and the column
+// is left unscaled, as LAPACK does. Row swaps are unrolled compare-and-selects
+// so that `a` stays in registers: a runtime row index would spill it to memory.
+template <typename T, int N>
+void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, thread bool& odd) {
+  typedef typename scalar_traits<T>::real R;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  info = 0;
+  odd = false;
+  for (int i = 0; i < N; ++i) {
+    row[i] = i;
+  }
+  for (int k = 0; k < N; ++k) {
+    int p = k;
+    R best = abs1(a[k][k]);
+    for (int i = k + 1; i < N; ++i) {
+      const R v = abs1(a[i][k]);
+      if (v > best) {
+        best = v;
+        p = i;
+      }
+    }
+    for (int i = k + 1; i < N; ++i) {
+      if (i == p) {
+        for (int j = 0; j < N; ++j) {
+          const T t = a[k][j];
+          a[k][j] = a[i][j];
+          a[i][j] = t;
+        }
+        const int r = row[k];
+        row[k] = row[i];
+        row[i] = r;
+        odd = !odd;
+      }
+    }
+    if (a[k][k] == zero) {
+      if (info == 0) {
+        info = k + 1;
+      }
+    } else {
+      for (int i = k + 1; i < N; ++i) {
+        a[i][k] = a[i][k] / a[k][k];
+      }
+    }
+    for (int i = k + 1; i < N; ++i) {
+      for (int j = k + 1; j < N; ++j) {
+        a[i][j] = a[i][j] - a[i][k] * a[k][j];
+      }
+    }
+  }
+}
+
+// sgetrs on the identity, as torch.linalg.inv computes inv(A) = solve(A, I):
+// column j solves L U x = P^T e_j. No entry is skipped when it is zero, so a
+// singular U gives torch's inf/NaN pattern (e.g. [[nan, nan], [nan, inf]] for
+// the zero 2 x 2).
+template <typename T, int N>
+void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thread T (&x)[N][N]) {
+  typedef typename scalar_traits<T>::real R;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  const T one = scalar_traits<T>::from_real(R(1));
+  for (int j = 0; j < N; ++j) {
+    for (int i = 0; i < N; ++i) {
+      x[i][j] = row[i] == j ? one : zero;
+      for (int k = 0; k < i; ++k) {
+        x[i][j] = x[i][j] - lu[i][k] * x[k][j];
+      }
+    }
+    for (int i = N - 1; i >= 0; --i) {
+      for (int k = i + 1; k < N; ++k) {
+        x[i][j] = x[i][j] - lu[i][k] * x[k][j];
+      }
+      x[i][j] = x[i][j] / lu[i][i];
+    }
+  }
+}
+
+// Copies `count` consecutive N x N matrices between global and threadgroup
+// memory, matrix m at tile[m * STRIDE]; STRIDE is N*N rounded up to an odd
+// number so that threads reading their own matrix hit distinct banks.
+template <typename T, int N, int GROUP, int STRIDE>
+void load_tile(const device T* src, threadgroup T* tile, int count, uint thread_index) {
+  for (int e = int(thread_index); e < count * N * N; e += GROUP) {
+    tile[(e / (N * N)) * STRIDE + e % (N * N)] = src[e];
+  }
+}
+
+template <typename T, int N, int GROUP, int STRIDE>
+void store_tile(const threadgroup T* tile, device T* dst, int count, uint thread_index) {
+  for (int e = int(thread_index); e < count * N * N; e += GROUP) {
+    dst[e] = tile[(e / (N * N)) * STRIDE + e % (N * N)];
+  }
+}
+
+// inverse[b] = inv(a[b]) and info[b] = first zero pivot of a[b] (0 if none),
+// for b < batch. LAPACK: sgetrf + sgetrs (cgetrf + cgetrs).
+template <typename T, int N, int GROUP, int STRIDE>
+void inverse_small(const device T* a, device T* inverse, device int* info, int batch,
+                   threadgroup T* tile, thread_position pos) {
+  const long first = long(pos.group_index) * GROUP;
+  const int count = min(GROUP, int(batch - first));
+  const bool active = int(pos.thread_index) < count;
+  load_tile<T, N, GROUP, STRIDE>(a + first * N * N, tile, count, pos.thread_index);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  T lu[N][N];
+  T x[N][N];
+  int row[N];
+  int zero_pivot = 0;
+  bool odd = false;
+  if (active) {
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < N; ++j) {
+        lu[i][j] = tile[pos.thread_index * STRIDE + i * N + j];
+      }
+    }
+    lu_small<T, N>(lu, row, zero_pivot, odd);
+    inverse_from_lu<T, N>(lu, row, x);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (active) {
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < N; ++j) {
+        tile[pos.thread_index * STRIDE + i * N + j] = x[i][j];
+      }
+    }
+    info[first + pos.thread_index] = zero_pivot;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  store_tile<T, N, GROUP, STRIDE>(tile, inverse + first * N * N, count, pos.thread_index);
+}
+
+// det[b] = det(a[b]) = (-1)^swaps * prod diag(U), for b < batch.
+// LAPACK: sgetrf, then the product of U's diagonal with the pivot parity.
+template <typename T, int N, int GROUP, int STRIDE>
+void det_small(const device T* a, device T* det, int batch, threadgroup T* tile,
+               thread_position pos) {
+  const long first = long(pos.group_index) * GROUP;
+  const int count = min(GROUP, int(batch - first));
+  load_tile<T, N, GROUP, STRIDE>(a + first * N * N, tile, count, pos.thread_index);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (int(pos.thread_index) < count) {
+    T lu[N][N];
+    int row[N];
+    int zero_pivot = 0;
+    bool odd = false;
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < N; ++j) {
+        lu[i][j] = tile[pos.thread_index * STRIDE + i * N + j];
+      }
+    }
+    lu_small<T, N>(lu, row, zero_pivot, odd);
+    T d = lu[0][0];
+    for (int i = 1; i < N; ++i) {
+      d = d * lu[i][i];
+    }
+    if (odd) {
+      d = -d;
+    }
+    det[first + pos.thread_index] = d;
+  }
+}

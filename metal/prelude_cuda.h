@@ -1,0 +1,14 @@
+// CUDA prelude: MSL's names for NVRTC. The program is compiled with
+// -default-device, so functions without an execution-space annotation are
+// device functions, as every function in an MSL source is.
+#define device
+#define threadgroup
+#define constant
+#define thread
+
+typedef unsigned int uint;
+
+enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
+
+// __syncthreads orders both shared and global memory within the block.
+inline void threadgroup_barrier(mem_flags) { __syncthreads(); }

@@ -1,0 +1,69 @@
+"""Which implementation a call takes: a kernel runtime, or torch.linalg.
+
+MPS tensors run on Metal and CUDA tensors on CUDA (torch.linalg, with a one-time
+warning, where CuPy is missing). CPU tensors run on torch.linalg (LAPACK) unless
+the OpenCL runtime is chosen with ``MPSLINALG_BACKEND=opencl`` or
+``with mpslinalg.use_backend("opencl"):``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+from .runtimes import RUNTIMES, Runtime, Status
+
+CPU_BACKENDS = ("torch", "opencl")
+_cpu_backend: str | None = None  # set by use_backend; process-wide
+_warned: set[str] = set()
+
+
+def cpu_backend() -> str:
+    name = _cpu_backend or os.environ.get("MPSLINALG_BACKEND", "torch")
+    if name not in CPU_BACKENDS:
+        raise ValueError(f"MPSLINALG_BACKEND must be one of {CPU_BACKENDS}, got {name!r}")
+    return name
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Run CPU tensors on ``name`` ("opencl" kernels or "torch".linalg) inside the block."""
+    global _cpu_backend
+    if name not in CPU_BACKENDS:
+        raise ValueError(f"use_backend: expected one of {CPU_BACKENDS}, got {name!r}")
+    previous, _cpu_backend = _cpu_backend, name
+    try:
+        yield
+    finally:
+        _cpu_backend = previous
+
+
+def kernel_runtime(tensor: torch.Tensor) -> Runtime | None:
+    """The runtime whose kernels serve ``tensor``, or None for torch.linalg."""
+    device = tensor.device.type
+    if device == "cpu":
+        if cpu_backend() != "opencl":
+            return None
+        runtime = RUNTIMES["opencl"]
+        status = runtime.status()
+        if not status.usable:
+            raise RuntimeError(f"mpslinalg: the OpenCL backend was requested but is {status}")
+        return runtime
+    for runtime in RUNTIMES.values():
+        if runtime.device_type == device:
+            status = runtime.status()
+            if status.usable:
+                return runtime
+            if runtime.name not in _warned:
+                _warned.add(runtime.name)
+                warnings.warn(f"mpslinalg: {runtime.name} kernels unavailable ({status.reason}); using torch.linalg")
+            return None
+    return None
+
+
+def backends() -> dict[str, Status]:
+    """For each runtime, whether it is usable here and, if not, why."""
+    return {name: runtime.status() for name, runtime in RUNTIMES.items()}

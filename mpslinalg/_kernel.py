@@ -1,0 +1,165 @@
+"""One declaration per kernel, from which every runtime generates its entry point.
+
+A kernel body is a function template in ``metal/<family>.metal`` whose
+parameters are, in order: the declared buffers and scalars, the threadgroup
+arrays, and a ``thread_position``. A :class:`Kernel` names that template, its
+parameters, its instantiations and its launch shape; each runtime
+(``runtimes/metal.py``, ``cuda.py``, ``opencl.py``) turns an :class:`Instance`
+into an entry point of its own dialect that declares the arguments, the
+threadgroup arrays at kernel scope (as MSL requires) and calls the body.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Callable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """How one torch dtype appears in kernel source."""
+
+    dtype: torch.dtype
+    name: str  # in host names: "float32"
+    ctype: str  # the kernel's T: "complex_t<float>"
+    storage: str  # the element a buffer of it is declared with: "float"
+
+
+SCALAR_TYPES = {
+    t.dtype: t
+    for t in (
+        ScalarType(torch.float32, "float32", "float", "float"),
+        ScalarType(torch.complex64, "complex64", "complex_t<float>", "float"),
+        ScalarType(torch.float64, "float64", "double", "double"),
+        ScalarType(torch.complex128, "complex128", "complex_t<double>", "double"),
+    )
+}
+FLOATING = tuple(SCALAR_TYPES)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tensor argument. ``element`` "T" is the kernel's scalar type; else a C type."""
+
+    name: str
+    element: str = "T"
+    const: bool = False
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A 32-bit integer argument, passed by value."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A threadgroup array: ``element`` is a C type or "T", ``size`` in elements."""
+
+    name: str
+    element: str
+    size: int
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity
+class Kernel:
+    """A kernel body and its instantiations.
+
+    ``params`` maps the values of an instantiation (a dict of ints, e.g. ``{"N": 4}``)
+    to the body's template arguments after T; ``shared`` to its threadgroup arrays.
+    Every instantiation exists for every dtype in ``dtypes``.
+    """
+
+    function: str
+    source: str
+    args: tuple[Buffer | Scalar, ...]
+    instances: tuple[dict, ...]
+    group_size: int
+    template: Callable[..., Sequence[int]]
+    shared: Callable[..., Sequence[Shared]] = lambda **_: ()
+    dtypes: tuple[torch.dtype, ...] = FLOATING
+
+    def instance(self, dtype: torch.dtype, **values: int) -> Instance:
+        if dtype not in self.dtypes or values not in self.instances:
+            raise ValueError(f"{self.function} has no instantiation for {dtype}, {values}")
+        return Instance(self, SCALAR_TYPES[dtype], tuple(sorted(values.items())))
+
+    def all_instances(self) -> list[Instance]:
+        return [self.instance(d, **v) for d in self.dtypes for v in self.instances]
+
+
+@dataclass(frozen=True)
+class Instance:
+    kernel: Kernel
+    scalar: ScalarType
+    values: tuple[tuple[str, int], ...] = field(default=())
+
+    @property
+    def host_name(self) -> str:
+        """The entry point's name, carrying every parameter: inverse_small_float32_n4."""
+        parts = [self.kernel.function, self.scalar.name]
+        parts += [f"{key.lower()}{value}" for key, value in self.values]
+        return "_".join(parts)
+
+    @property
+    def template_args(self) -> str:
+        args = [self.scalar.ctype] + [str(v) for v in self.kernel.template(**dict(self.values))]
+        return ", ".join(args)
+
+    def shared(self) -> list[Shared]:
+        return [
+            Shared(s.name, self.element(s.element), s.size)
+            for s in self.kernel.shared(**dict(self.values))
+        ]
+
+    def element(self, element: str) -> str:
+        return self.scalar.ctype if element == "T" else element
+
+    def storage(self, buffer: Buffer) -> str:
+        """The C type a buffer is declared with in an entry point's signature.
+
+        Complex buffers are declared as their real storage and cast to T inside:
+        C++ for OpenCL accepts no class-template pointer as a kernel parameter.
+        """
+        return self.scalar.storage if buffer.element == "T" else buffer.element
+
+    def body_call(self, address_space: Callable[[Buffer], str]) -> str:
+        """The call from an entry point into the body: ``f<T, ...>(args..., shared..., pos)``."""
+        args = []
+        for a in self.kernel.args:
+            if isinstance(a, Buffer) and a.element == "T" and self.scalar.ctype != self.scalar.storage:
+                const = "const " if a.const else ""
+                args.append(f"reinterpret_cast<{const}{address_space(a)} {self.scalar.ctype}*>({a.name})")
+            else:
+                args.append(a.name)
+        args += [s.name for s in self.shared()] + ["pos"]
+        return f"{self.kernel.function}<{self.template_args}>({', '.join(args)});"
+
+
+_INCLUDE = re.compile(r'^#include "([^"]+)"\s*$', re.MULTILINE)
+
+
+@cache
+def metal_file(name: str) -> str:
+    """A kernel source from ``metal/`` with its local ``#include "..."`` lines inlined once."""
+    return _inline(name, set())
+
+
+def _inline(name: str, seen: set[str]) -> str:
+    if name in seen:
+        return ""
+    seen.add(name)
+    text = resources.files("mpslinalg.metal").joinpath(name).read_text()
+    text = text.replace("#pragma once\n", "")
+    return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text)
+
+
+def program(prelude: str, instance: Instance, entry: str) -> str:
+    """The whole translation unit one runtime compiles for one instance."""
+    return "\n".join([metal_file(prelude), metal_file(instance.kernel.source), entry])

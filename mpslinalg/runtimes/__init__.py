@@ -1,0 +1,111 @@
+"""The three runtimes a kernel runs on, and the launch that picks one by device.
+
+Each runtime generates its own entry point for a kernel :class:`~mpslinalg._kernel.Instance`,
+compiles it once per process per (instance, device), caches it, and launches it
+without synchronising with the host (the CPU OpenCL runtime, which exists for
+tests, copies its buffers synchronously).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from .._kernel import Buffer, Instance, Kernel, Scalar, program
+
+
+@dataclass(frozen=True)
+class Status:
+    usable: bool
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return "usable" if self.usable else f"not usable: {self.reason}"
+
+
+class Runtime:
+    """A way to compile and launch the kernels on one kind of torch device."""
+
+    name: str
+    device_type: str
+    prelude: str
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.complex64, torch.float64, torch.complex128)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._compiled: dict[tuple, object] = {}
+        self._status: Status | None = None
+
+    def status(self) -> Status:
+        if self._status is None:
+            self._status = self._probe()
+        return self._status
+
+    def _probe(self) -> Status:
+        raise NotImplementedError
+
+    def entry_point(self, instance: Instance) -> str:
+        raise NotImplementedError
+
+    def source(self, instance: Instance) -> str:
+        return program(self.prelude, instance, self.entry_point(instance))
+
+    def compiled(self, instance: Instance, device: torch.device):
+        """The compiled entry point of ``instance`` on ``device``, built on first use."""
+        key = (instance, device)
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = self._compile(instance, device)
+            return self._compiled[key]
+
+    def _compile(self, instance: Instance, device: torch.device):
+        raise NotImplementedError
+
+    def launch(self, instance: Instance, groups: int, args: list, device: torch.device) -> None:
+        raise NotImplementedError
+
+
+def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
+    """Run ``kernel`` on ``groups`` threadgroups on the runtime of its tensors' device.
+
+    ``args`` follow ``kernel.args``: tensors for buffers (contiguous, on one device,
+    conjugate and negative bits resolved), Python ints for scalars. The dtype of the
+    first T buffer selects the instantiation; ``values`` give its other parameters.
+    """
+    tensors = [a for a, decl in zip(args, kernel.args) if isinstance(decl, Buffer)]
+    device = tensors[0].device
+    dtype = next(t.dtype for t, d in zip(args, kernel.args) if isinstance(d, Buffer) and d.element == "T")
+    for t in tensors:
+        if t.device != device:
+            raise RuntimeError(f"{kernel.function}: expected all tensors on {device}, found one on {t.device}")
+        if not t.is_contiguous() or t.is_conj() or t.is_neg():
+            raise RuntimeError(f"{kernel.function}: kernel arguments must be contiguous and resolved")
+    for a, decl in zip(args, kernel.args):
+        if isinstance(decl, Scalar) and not -(2**31) <= a < 2**31:
+            raise OverflowError(f"{kernel.function}: {decl.name}={a} does not fit in int32")
+    runtime = for_device(device)
+    if dtype not in runtime.dtypes:
+        raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
+    runtime.launch(kernel.instance(dtype, **values), groups, list(args), device)
+
+
+def groups_for(count: int, per_group: int) -> int:
+    return math.ceil(count / per_group)
+
+
+from .cuda import CudaRuntime  # noqa: E402
+from .metal import MetalRuntime  # noqa: E402
+from .opencl import OpenCLRuntime  # noqa: E402
+
+RUNTIMES: dict[str, Runtime] = {r.name: r for r in (MetalRuntime(), CudaRuntime(), OpenCLRuntime())}
+_BY_DEVICE = {r.device_type: r for r in RUNTIMES.values()}
+
+
+def for_device(device: torch.device) -> Runtime:
+    try:
+        return _BY_DEVICE[device.type]
+    except KeyError:
+        raise RuntimeError(f"mpslinalg has no kernel runtime for {device.type} tensors") from None
