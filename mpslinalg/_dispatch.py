@@ -43,25 +43,29 @@ def use_backend(name: str):
 
 def kernel_runtime(tensor: torch.Tensor) -> Runtime | None:
     """The runtime whose kernels serve ``tensor``, or None for torch.linalg."""
-    device = tensor.device.type
-    if device == "cpu":
+    return RUNTIMES.get(_runtime_name(tensor.device.type))
+
+
+# Probing a runtime is not traceable; under torch.compile the choice is made
+# once, when the function is compiled.
+@torch.compiler.assume_constant_result
+def _runtime_name(device_type: str) -> str:
+    if device_type == "cpu":
         if cpu_backend() != "opencl":
-            return None
-        runtime = RUNTIMES["opencl"]
-        status = runtime.status()
+            return ""
+        status = RUNTIMES["opencl"].status()
         if not status.usable:
             raise RuntimeError(f"mpslinalg: the OpenCL backend was requested but is {status}")
-        return runtime
+        return "opencl"
     for runtime in RUNTIMES.values():
-        if runtime.device_type == device:
+        if runtime.device_type == device_type:
             status = runtime.status()
             if status.usable:
-                return runtime
+                return runtime.name
             if runtime.name not in _warned:
                 _warned.add(runtime.name)
                 warnings.warn(f"mpslinalg: {runtime.name} kernels unavailable ({status.reason}); using torch.linalg")
-            return None
-    return None
+    return ""
 
 
 def backends() -> dict[str, Status]:

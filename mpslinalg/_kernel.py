@@ -42,6 +42,9 @@ SCALAR_TYPES = {
 FLOATING = tuple(SCALAR_TYPES)
 
 
+KERNELS: list[Kernel] = []  # every declared kernel, in declaration order
+
+
 @dataclass(frozen=True)
 class Buffer:
     """A tensor argument. ``element`` "T" is the kernel's scalar type; else a C type."""
@@ -84,6 +87,9 @@ class Kernel:
     template: Callable[..., Sequence[int]]
     shared: Callable[..., Sequence[Shared]] = lambda **_: ()
     dtypes: tuple[torch.dtype, ...] = FLOATING
+
+    def __post_init__(self) -> None:
+        KERNELS.append(self)
 
     def instance(self, dtype: torch.dtype, **values: int) -> Instance:
         if dtype not in self.dtypes or values not in self.instances:

@@ -46,14 +46,17 @@ DET_SMALL = Kernel(
     shared=_tile,
 )
 
-KERNELS = (INVERSE_SMALL, DET_SMALL)
-
 
 # --- custom ops: the kernels, their fake (meta) implementations and gradients ---
 
 
 @torch.library.custom_op("mpslinalg::inv_small_ex", mutates_args=())
-def _inv_small_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _inv_small_ex(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inverse, info); if ``check_errors`` names an API, raise its error for singular input.
+
+    The check lives inside the op so that ``torch.compile(fullgraph=True)``
+    traces ``inv`` without a graph break on the data-dependent error.
+    """
     a = _checks.resolved(A)
     n = a.shape[-1]
     inverse = torch.empty_like(a)
@@ -61,11 +64,13 @@ def _inv_small_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     batch = info.numel()
     if n > 0 and batch > 0:
         launch(INVERSE_SMALL, groups_for(batch, GROUP), a, inverse, info, batch, N=n)
+    if check_errors:
+        _checks.raise_if_singular(check_errors, info, batched=a.dim() > 2)
     return inverse, info
 
 
 @_inv_small_ex.register_fake
-def _(A):
+def _(A, check_errors):
     return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty(A.shape[:-2], dtype=torch.int32)
 
 
@@ -76,7 +81,7 @@ def _inv_setup(ctx, inputs, output):
 def _inv_backward(ctx, grad, _grad_info):
     (X,) = ctx.saved_tensors
     Xh = X.mH
-    return -(Xh @ grad @ Xh)
+    return -(Xh @ grad @ Xh), None
 
 
 _inv_small_ex.register_autograd(_inv_backward, setup_context=_inv_setup)
@@ -109,7 +114,7 @@ def _det_backward(ctx, grad):
     # (it solves with zero pivots replaced by eps against a zero right-hand
     # side); so does this one, wherever the factorization found a zero pivot.
     A, det = ctx.saved_tensors
-    inverse, info = torch.ops.mpslinalg.inv_small_ex(A)
+    inverse, info = torch.ops.mpslinalg.inv_small_ex(A, "")
     scale = (grad * det.conj())[..., None, None]
     return torch.where((info == 0)[..., None, None], scale * inverse.mH, 0)
 
@@ -148,9 +153,7 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
     """
     if not _small_kernel_applies("linalg.inv", A):
         return torch.linalg.inv_ex(A, check_errors=check_errors)
-    inverse, info = torch.ops.mpslinalg.inv_small_ex(A)
-    if check_errors:
-        _checks.raise_if_singular("linalg.inv_ex", info, batched=A.dim() > 2)
+    inverse, info = torch.ops.mpslinalg.inv_small_ex(A, "linalg.inv_ex" if check_errors else "")
     return torch.return_types.linalg_inv_ex((inverse, info))
 
 
@@ -164,9 +167,7 @@ def inv(A: torch.Tensor) -> torch.Tensor:
     """
     if not _small_kernel_applies("linalg.inv", A):
         return torch.linalg.inv(A)
-    inverse, info = torch.ops.mpslinalg.inv_small_ex(A)
-    _checks.raise_if_singular("linalg.inv", info, batched=A.dim() > 2)
-    return inverse
+    return torch.ops.mpslinalg.inv_small_ex(A, "linalg.inv")[0]
 
 
 def det(A: torch.Tensor) -> torch.Tensor:
