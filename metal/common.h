@@ -41,13 +41,14 @@ complex_t<R> operator*(R a, complex_t<R> b) {
 }
 
 // Smith's algorithm: no overflow or underflow of |b|^2 for |b| near the range
-// limits. Division by an exact zero gives +-inf or NaN per component, the
-// pattern LAPACK's singular solves leave.
+// limits. Division by an exact zero gives NaN + NaN i, as torch's complex
+// division does, so singular solves leave torch's pattern.
 template <typename R>
 complex_t<R> operator/(complex_t<R> a, complex_t<R> b) {
   if (fabs(b.re) >= fabs(b.im)) {
     if (b.re == R(0)) {
-      return {a.re / b.re, a.im / b.re};
+      const R nan = R(0) / R(0);
+      return {nan, nan};
     }
     const R r = b.im / b.re;
     const R d = fma(b.im, r, b.re);

@@ -1,0 +1,47 @@
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+import mpslinalg
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    max_examples=60,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "dev", deadline=None, max_examples=30, print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Reference products on CUDA in full FP32, as torch's linalg backward uses.
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.set_float32_matmul_precision("highest")
+
+KERNEL_BACKENDS = [pytest.param("opencl", id="opencl"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+
+
+def require(name: str) -> None:
+    """Skip unless the runtime is usable; in CI the OpenCL runtime must be."""
+    status = mpslinalg.backends()[name]
+    if status.usable:
+        return
+    if name == "opencl" and os.environ.get("CI"):
+        pytest.fail(f"CI must run the kernels on OpenCL, but the runtime is {status}")
+    pytest.skip(f"{name} runtime {status}")
+
+
+@pytest.fixture(params=KERNEL_BACKENDS)
+def device(request):
+    """The torch device of each usable kernel runtime, with that runtime selected."""
+    require(request.param)
+    if request.param == "opencl":
+        with mpslinalg.use_backend("opencl"):
+            yield torch.device("cpu")
+    else:
+        yield torch.device("cuda")

@@ -1,0 +1,97 @@
+"""Test matrices with known condition number (LAPACK's slatms, in NumPy) and test ratios.
+
+Ratios follow LAPACK's TESTING/LIN (sget03 etc.), with eps = torch.finfo(dtype).eps:
+a ratio of 15 or more fails (LAPACK's threshold 30 with its eps = 2^-24).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+import torch
+
+THRESHOLD = 15.0
+REAL = {torch.float32: torch.float32, torch.complex64: torch.float32,
+        torch.float64: torch.float64, torch.complex128: torch.float64}
+EXACT = {torch.float32: np.float64, torch.complex64: np.complex128,
+         torch.float64: np.float64, torch.complex128: np.complex128}
+
+# LAPACK's slatb4 scales for float32: SMALL = 0.25 * sfmin / eps, LARGE = 1 / SMALL.
+SMALL = 2.0**-105
+LARGE = 2.0**105
+
+
+def eps(dtype: torch.dtype) -> float:
+    return torch.finfo(REAL[dtype]).eps
+
+
+def haar(n: int, rng: np.random.Generator, complex_: bool) -> np.ndarray:
+    g = rng.standard_normal((n, n))
+    if complex_:
+        g = g + 1j * rng.standard_normal((n, n))
+    q, r = np.linalg.qr(g)
+    d = np.diagonal(r)
+    return q * (d / np.where(d == 0, 1, np.abs(d)))
+
+
+def latms(n: int, cond: float, scale: float, rng: np.random.Generator, complex_: bool, mode: int = 3) -> np.ndarray:
+    """U diag(d) V^H with d from slatms MODE ``mode`` (1..5), max(d) = scale, d_max/d_min = cond."""
+    i = np.arange(n)
+    t = i / max(n - 1, 1)
+    if mode == 1:
+        d = np.where(i == 0, 1.0, 1 / cond)
+    elif mode == 2:
+        d = np.where(i == n - 1, 1 / cond, 1.0)
+    elif mode == 3:
+        d = cond ** (-t)
+    elif mode == 4:
+        d = 1 - t * (1 - 1 / cond)
+    else:
+        d = np.exp(rng.uniform(-np.log(cond), 0, n))
+    d = d * scale / (d.max() if n else 1)
+    return (haar(n, rng, complex_) * d) @ haar(n, rng, complex_).conj().T
+
+
+def batch_of(shape: tuple, n: int, dtype: torch.dtype, rng, cond=10.0, scale=1.0, mode=3) -> torch.Tensor:
+    count = int(np.prod(shape, dtype=np.int64))
+    mats = [latms(n, cond, scale, rng, dtype.is_complex, mode) for _ in range(count)]
+    array = np.array(mats).reshape(*shape, n, n) if count else np.zeros((*shape, n, n))
+    return torch.from_numpy(array).to(dtype)
+
+
+def exact(t: torch.Tensor) -> np.ndarray:
+    """The float64/complex128 values of a tensor, for SciPy references."""
+    return t.detach().cpu().resolve_conj().numpy().astype(EXACT[t.dtype])
+
+
+def norm1(a: np.ndarray) -> np.ndarray:
+    """Matrix 1-norms over the last two dims."""
+    return np.abs(a).sum(-2).max(-1) if a.shape[-1] else np.zeros(a.shape[:-2])
+
+
+def inv_ratio(A: torch.Tensor, X: torch.Tensor) -> float:
+    """LAPACK sget03: max over the batch of ||I - X A||_1 / (n ||A||_1 ||X||_1 eps)."""
+    a, x = exact(A), exact(X)
+    n = a.shape[-1]
+    if n == 0 or a.size == 0:
+        return 0.0
+    residual = norm1(np.eye(n) - x @ a)
+    scale = n * norm1(a) * norm1(x) * eps(A.dtype)
+    return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), 1 / eps(A.dtype))))
+
+
+def condition(A: torch.Tensor) -> np.ndarray:
+    """kappa_1 per matrix, from SciPy's float64 inverse."""
+    a = exact(A)
+    return norm1(a) * norm1(scipy.linalg.inv(a)) if a.shape[-1] else np.ones(a.shape[:-2])
+
+
+def det_ratio(A: torch.Tensor, d: torch.Tensor) -> float:
+    """max over the batch of |det - ref| / (n kappa eps |ref|), ref from SciPy in float64."""
+    a = exact(A)
+    n = a.shape[-1]
+    if a.size == 0:
+        return 0.0
+    ref = scipy.linalg.det(a)
+    error = np.abs(exact(d) - ref)
+    return float(np.max(error / (n * condition(A) * eps(A.dtype) * np.abs(ref))))
