@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import mpslinalg as LA
 from mpslinalg import inverse as family
-from matrices import SMALL, LARGE, THRESHOLD, batch_of, det_ratio, exact, inv_ratio
+from mpslinalg.testing import SMALL, LARGE, THRESHOLD, batch_of, det_ratio, exact, inv_ratio
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(0)

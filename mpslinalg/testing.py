@@ -1,7 +1,9 @@
-"""Test matrices with known condition number (LAPACK's slatms, in NumPy) and test ratios.
+"""Test matrices with a known condition number (LAPACK's slatms, in NumPy) and test ratios.
 
-Ratios follow LAPACK's TESTING/LIN (sget03 etc.), with eps = torch.finfo(dtype).eps:
-a ratio of 15 or more fails (LAPACK's threshold 30 with its eps = 2^-24).
+Used by the test suite and by ``python -m mpslinalg check``. Ratios follow
+LAPACK's TESTING/LIN (sget03 etc.) with eps = torch.finfo(dtype).eps: a ratio of
+15 or more fails (LAPACK's threshold 30 with its eps = 2^-24). References are
+SciPy's, in float64/complex128, on the float32 inputs as stored.
 """
 
 from __future__ import annotations

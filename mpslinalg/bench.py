@@ -1,0 +1,195 @@
+"""``python -m mpslinalg.bench [family ...]``: mpslinalg against torch.linalg and peers, in one run.
+
+Every row is timed in the same process on the same device, so comparisons hold
+whatever the machine is doing. Time is per call, the median over repeats of a
+loop of back-to-back calls (so a call's host overhead counts when it exceeds
+the device time); "graph" rows replay the same calls from a CUDA graph, which
+leaves the device time alone. Effective bandwidth counts each input byte read
+once and each output byte written once; the fraction is of the device's
+memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
+
+Families: inv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+import mpslinalg as LA
+
+from .check import best_runtime
+
+# Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
+PEAK_BANDWIDTH = {
+    "NVIDIA H200": 4.8e12,
+    "NVIDIA H100 80GB HBM3": 3.35e12,
+    "NVIDIA A100-SXM4-80GB": 2.04e12,
+}
+
+
+@dataclass
+class Result:
+    family: str
+    case: str
+    implementation: str
+    seconds: float
+    bytes: int
+
+    @property
+    def bandwidth(self) -> float:
+        return self.bytes / self.seconds
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def time_per_call(device: torch.device, call: Callable, loop: int = 20, repeats: int = 7) -> float:
+    for _ in range(3):
+        call()
+    _synchronize(device)
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(loop):
+                call()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / loop)
+        else:
+            begin = time.perf_counter()
+            for _ in range(loop):
+                call()
+            _synchronize(device)
+            samples.append((time.perf_counter() - begin) / loop)
+    return statistics.median(samples)
+
+
+def time_graph_replay(call: Callable, loop: int = 20, repeats: int = 7) -> float | None:
+    """Per-call device time of ``call`` replayed from a CUDA graph; None if it cannot be captured."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(loop):
+                call()
+    except Exception:
+        return None
+    return time_per_call(torch.device("cuda"), graph.replay, loop=1, repeats=repeats) / loop
+
+
+def peers(device: torch.device) -> dict[str, Callable]:
+    """Other libraries' batched inverse a user might pick, where importable."""
+    found = {}
+    if device.type == "cuda":
+        try:
+            import cupy
+
+            found["cupy.linalg.inv"] = lambda A: cupy.linalg.inv(cupy.asarray(A))
+        except ImportError:
+            pass
+    return found
+
+
+def bench_inv(device: torch.device, batch: int) -> list[Result]:
+    results = []
+    for dtype, n in [(torch.float32, 3), (torch.float32, 4), (torch.complex64, 4)]:
+        generator = torch.Generator(device).manual_seed(0)
+        # Random with a dominant diagonal: distinct, well-conditioned matrices.
+        A = torch.randn(batch, n, n, dtype=dtype, device=device, generator=generator)
+        A = A + 2 * n * torch.eye(n, dtype=dtype, device=device)
+        item = A.element_size()
+        matrix_bytes = batch * n * n * item
+        case = f"{batch} x {n}x{n} {str(dtype).removeprefix('torch.')}"
+        rows: list[tuple[str, Callable, int]] = [
+            ("mpslinalg.inv_ex", lambda: LA.inv_ex(A), 2 * matrix_bytes + 4 * batch),
+            ("mpslinalg.inv", lambda: LA.inv(A), 2 * matrix_bytes + 4 * batch),
+            ("torch.linalg.inv_ex", lambda: torch.linalg.inv_ex(A), 2 * matrix_bytes + 4 * batch),
+            ("torch.linalg.inv", lambda: torch.linalg.inv(A), 2 * matrix_bytes + 4 * batch),
+            ("mpslinalg.det", lambda: LA.det(A), matrix_bytes + batch * item),
+            ("torch.linalg.det", lambda: torch.linalg.det(A), matrix_bytes + batch * item),
+        ]
+        rows += [(name, (lambda f=f: f(A)), 2 * matrix_bytes) for name, f in peers(device).items()]
+        for name, call, nbytes in rows:
+            results.append(Result("inv", case, name, time_per_call(device, call), nbytes))
+            if device.type == "cuda" and name.startswith("mpslinalg"):
+                replay = time_graph_replay(call)
+                if replay is not None:
+                    results.append(Result("inv", case, name + " (graph)", replay, nbytes))
+    return results
+
+
+FAMILIES = {"inv": bench_inv}
+
+
+def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:
+    """(device name, vendor bandwidth, measured copy bandwidth) in bytes/s."""
+    if device.type != "cuda":
+        return str(device), None, None
+    name = torch.cuda.get_device_name(device)
+    src = torch.empty(2**30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy = time_per_call(device, lambda: dst.copy_(src), loop=10)
+    peak = next((bw for prefix, bw in PEAK_BANDWIDTH.items() if name.startswith(prefix)), None)
+    return name, peak, 2 * src.numel() / copy
+
+
+def markdown(results: list[Result], header: str, peak: float | None) -> str:
+    lines = [header, "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg.inv |", "|---|---|---|---|---|---|"]
+    for r in results:
+        base = next((b for b in results if b.case == r.case and b.implementation == "torch.linalg.inv"), None)
+        speedup = f"{base.seconds / r.seconds:.1f}x" if base else ""
+        fraction = f"{100 * r.bandwidth / peak:.0f}%" if peak else ""
+        lines.append(f"| {r.case} | {r.implementation} | {r.seconds * 1e3:.4f} | {r.bandwidth / 1e9:.3g} | {fraction} | {speedup} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpslinalg.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--batch", type=int, help="matrices per case (default 2^20 on a GPU, 2^14 on the CPU)")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--markdown", help="also write the table here")
+    args = parser.parse_args(argv)
+    runtime, device, selected = best_runtime()
+    batch = args.batch or (2**20 if device.type != "cpu" else 2**14)
+    name, peak, copy = device_limits(device)
+    header = (
+        f"mpslinalg {LA.__version__} benchmark on {name} via {runtime}; torch {torch.__version__}"
+        + (f", CUDA {torch.version.cuda}" if device.type == "cuda" else "")
+        + f"; {time.strftime('%Y-%m-%d')}"
+        + (f"; vendor bandwidth {peak / 1e12:.2f} TB/s" if peak else "")
+        + (f", measured copy {copy / 1e12:.2f} TB/s" if copy else "")
+    )
+    with selected:
+        results = [r for family in args.families for r in FAMILIES[family](device, batch)]
+    table = markdown(results, header, peak)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"header": header, "results": [asdict(r) | {"bandwidth": r.bandwidth} for r in results]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""``python -m mpslinalg check``: every public function on the best runtime, against SciPy.
+
+Each row runs one function on a fixed batch of matrices with a known condition
+number and prints LAPACK's scaled residual for it (see mpslinalg.testing), its
+threshold, pass/fail and the time of the call. Exit status 1 if any row fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+import mpslinalg as LA
+
+from . import testing
+from ._dispatch import backends, use_backend
+from .inverse import SMALL
+
+
+@dataclass
+class Row:
+    function: str
+    dtype: str
+    shape: str
+    ratio: float
+    threshold: float
+    seconds: float
+    via: str = "kernel"
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.ratio < self.threshold)
+
+
+def best_runtime() -> tuple[str, torch.device, contextlib.AbstractContextManager]:
+    """The runtime check uses: Metal, else CUDA, else OpenCL, else torch.linalg on the CPU."""
+    status = backends()
+    if status["metal"].usable:
+        return "metal", torch.device("mps"), contextlib.nullcontext()
+    if status["cuda"].usable:
+        return "cuda", torch.device("cuda"), contextlib.nullcontext()
+    if status["opencl"].usable:
+        return "opencl", torch.device("cpu"), use_backend("opencl")
+    return "torch.linalg (no kernel runtime usable)", torch.device("cpu"), use_backend("torch")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _timed(device: torch.device, call: Callable):
+    call()  # compile and warm up
+    _synchronize(device)
+    start = time.perf_counter()
+    result = call()
+    _synchronize(device)
+    return result, time.perf_counter() - start
+
+
+def _singular_info_ratio(A: torch.Tensor) -> float:
+    """0 if inv_ex reports info = 2 for the rank-one [[1, 2], [2, 4]] batch, as LAPACK does; else 1/eps."""
+    _, info = LA.inv_ex(A)
+    return 0.0 if bool((info.cpu() == 2).all()) else 1 / testing.eps(A.dtype)
+
+
+def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
+    rng = np.random.default_rng(2024)
+    results = []
+    for dtype in dtypes:
+        for n in (1, 2, 3, 4, 8):
+            A = testing.batch_of((1000,), n, dtype, rng, cond=1e3).to(device)
+            shape = "1000x%dx%d" % (n, n)
+            for name, call, ratio in [
+                ("inv", lambda: LA.inv(A), lambda X: testing.inv_ratio(A, X)),
+                ("inv_ex", lambda: LA.inv_ex(A).inverse, lambda X: testing.inv_ratio(A, X)),
+                ("det", lambda: LA.det(A), lambda d: testing.det_ratio(A, d)),
+            ]:
+                result, seconds = _timed(device, call)
+                via = "kernel" if n <= SMALL else "torch.linalg"
+                results.append(Row(name, str(dtype).removeprefix("torch."), shape, ratio(result), testing.THRESHOLD, seconds, via))
+        singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
+        _, seconds = _timed(device, lambda: LA.inv_ex(singular))
+        results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
+    return results
+
+
+def main() -> int:
+    name, device, selected = best_runtime()
+    with selected:
+        dtypes = (torch.float32, torch.complex64) + ((torch.float64, torch.complex128) if device.type != "mps" else ())
+        table = rows(device, dtypes)
+    print(f"mpslinalg {LA.__version__} check on {name} ({device}), torch {torch.__version__}")
+    print(f"{'function':<12} {'dtype':<11} {'shape':<14} {'via':<13} {'ratio':>10} {'< thresh':>9} {'result':>6} {'time ms':>9}")
+    for row in table:
+        verdict = "pass" if row.passed else "FAIL"
+        print(
+            f"{row.function:<12} {row.dtype:<11} {row.shape:<14} {row.via:<13} {row.ratio:>10.3g} {row.threshold:>9.3g} "
+            f"{verdict:>6} {row.seconds * 1e3:>9.3f}"
+        )
+    failed = sum(not row.passed for row in table)
+    print(f"{len(table) - failed} passed, {failed} failed")
+    return 1 if failed else 0
