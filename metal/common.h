@@ -98,6 +98,14 @@ R abs1(complex_t<R> z) {
   return fabs(z.re) + fabs(z.im);
 }
 
+// 1 / x without overflow: for |x| below the smallest normal float (LAPACK's
+// sfmin) the reciprocal would overflow, so callers divide instead.
+template <typename T>
+bool has_safe_reciprocal(T x) {
+  typedef typename scalar_traits<T>::real R;
+  return !(abs1(x) < R(1.17549435e-38f));
+}
+
 // Where the calling thread is; filled in by each runtime's generated entry point.
 struct thread_position {
   uint group_index;   // threadgroup index in the (1-D) grid

@@ -16,6 +16,7 @@ template <typename T, int N>
 void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, thread bool& odd) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
+  const T one = scalar_traits<T>::from_real(R(1));
   info = 0;
   odd = false;
   for (int i = 0; i < N; ++i) {
@@ -48,6 +49,11 @@ void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, threa
       if (info == 0) {
         info = k + 1;
       }
+    } else if (has_safe_reciprocal(a[k][k])) {
+      const T r = one / a[k][k];
+      for (int i = k + 1; i < N; ++i) {
+        a[i][k] = a[i][k] * r;
+      }
     } else {
       for (int i = k + 1; i < N; ++i) {
         a[i][k] = a[i][k] / a[k][k];
@@ -64,12 +70,20 @@ void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, threa
 // sgetrs on the identity, as torch.linalg.inv computes inv(A) = solve(A, I):
 // column j solves L U x = P^T e_j. No entry is skipped when it is zero, so a
 // singular U gives torch's inf/NaN pattern (e.g. [[nan, nan], [nan, inf]] for
-// the zero 2 x 2).
+// the zero 2 x 2). Multiplying by 1 / U[i][i] instead of dividing N times
+// gives the same pattern (x * (1/0) = x / 0 for every x) at a fraction of the
+// cost, which dominates the complex kernel.
 template <typename T, int N>
 void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thread T (&x)[N][N]) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
+  T reciprocal[N];
+  bool divide[N];
+  for (int i = 0; i < N; ++i) {
+    divide[i] = !has_safe_reciprocal(lu[i][i]) && !(lu[i][i] == zero);
+    reciprocal[i] = one / lu[i][i];
+  }
   for (int j = 0; j < N; ++j) {
     for (int i = 0; i < N; ++i) {
       x[i][j] = row[i] == j ? one : zero;
@@ -81,7 +95,7 @@ void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thr
       for (int k = i + 1; k < N; ++k) {
         x[i][j] = x[i][j] - lu[i][k] * x[k][j];
       }
-      x[i][j] = x[i][j] / lu[i][i];
+      x[i][j] = divide[i] ? x[i][j] / lu[i][i] : x[i][j] * reciprocal[i];
     }
   }
 }

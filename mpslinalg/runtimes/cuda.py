@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import warnings
+
 import numpy as np
 import torch
 
@@ -56,17 +59,25 @@ class CudaRuntime(Runtime):
 
     def launch(self, instance: Instance, groups: int, args: list, device: torch.device) -> None:
         cupy = _cupy()
-        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
-        function = self.compiled(instance, device)
-        kernel_args = []
-        for arg, decl in zip(args, instance.kernel.args):
-            if isinstance(decl, Buffer):
-                # An unowned view of the tensor's memory: no copy, and unlike
-                # __cuda_array_interface__ no stream synchronisation.
-                memory = cupy.cuda.UnownedMemory(arg.data_ptr(), arg.nbytes, arg, device.index)
-                kernel_args.append(cupy.ndarray((arg.nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0)))
-            else:
-                kernel_args.append(np.int32(arg))
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device.index)
-        with cupy.cuda.Device(device.index):
-            function((groups,), (instance.kernel.group_size,), tuple(kernel_args), stream=stream)
+        index = torch.cuda.current_device() if device.index is None else device.index
+        function = self.compiled(instance, torch.device("cuda", index))
+        # Buffers go as their addresses: CuPy packs a Python int as 8 bytes, the
+        # size of a device pointer, with no copy and no stream synchronisation.
+        kernel_args = tuple(
+            arg.data_ptr() if isinstance(decl, Buffer) else np.int32(arg)
+            for arg, decl in zip(args, instance.kernel.args)
+        )
+        stream = _external_stream(torch.cuda.current_stream(index).cuda_stream, index)
+        if torch.cuda.current_device() == index:
+            function((groups,), (instance.kernel.group_size,), kernel_args, stream=stream)
+        else:
+            with cupy.cuda.Device(index):
+                function((groups,), (instance.kernel.group_size,), kernel_args, stream=stream)
+
+
+@functools.lru_cache(maxsize=64)
+def _external_stream(handle: int, index: int):
+    """CuPy's view of torch's stream ``handle``, made once per stream."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # CuPy 14 prefers Stream.from_external
+        return _cupy().cuda.ExternalStream(handle, index)

@@ -1,0 +1,228 @@
+"""The runtimes: generated entry points, the Metal launch up to torch's call, dispatch, caching."""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+import mpslinalg as LA
+from mpslinalg import _dispatch
+from mpslinalg._kernel import KERNELS, SCALAR_TYPES, metal_file
+from mpslinalg.inverse import DET_SMALL, GROUP, INVERSE_SMALL
+from mpslinalg.runtimes import RUNTIMES, launch
+from mpslinalg.runtimes.metal import MetalRuntime
+from conftest import require
+
+
+class FakeLibrary:
+    """Stands in for the object torch.mps.compile_shader returns; records each call."""
+
+    def __init__(self, source):
+        self.source = source
+        self.calls = []
+        self.kernels = set(re.findall(r"\[\[kernel\]\] void (\w+)\(", source))
+
+    def __getattr__(self, name):
+        if name not in self.kernels:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
+
+
+def test_metal_launch_up_to_compile_shader():
+    libraries = []
+    runtime = MetalRuntime(compile_shader=lambda source: libraries.append(FakeLibrary(source)) or libraries[-1])
+    instance = INVERSE_SMALL.instance(torch.complex64, N=4)
+    a, inverse, info = torch.zeros(300, 4, 4, dtype=torch.complex64), torch.zeros(300, 4, 4, dtype=torch.complex64), torch.zeros(300, dtype=torch.int32)
+    runtime.launch(instance, 3, [a, inverse, info, 300], torch.device("mps"))
+    runtime.launch(instance, 3, [a, inverse, info, 300], torch.device("mps"))
+    assert len(libraries) == 1, "compiled once per process per (instance, device)"
+    library = libraries[0]
+    source = library.source
+    assert source.startswith("// Metal prelude") and "#include <metal_stdlib>" in source
+    assert "template <typename T, int N, int GROUP, int STRIDE>\nvoid inverse_small(" in source
+    entry = source[source.index("[[kernel]]"):]
+    # Argument k is buffer k, in call order; the scalar is a 32-bit constant.
+    assert re.findall(r"\[\[buffer\((\d)\)\]\]", entry) == ["0", "1", "2", "3"]
+    assert "const device float* a [[buffer(0)]]" in entry
+    assert "device float* inverse [[buffer(1)]]" in entry
+    assert "device int* info [[buffer(2)]]" in entry
+    assert "constant int& batch [[buffer(3)]]" in entry
+    assert f"threadgroup complex_t<float> tile[{GROUP * 17}];" in entry
+    assert "inverse_small<complex_t<float>, 4, 128, 17>(reinterpret_cast<const device complex_t<float>*>(a)" in entry
+    assert library.calls == [("inverse_small_complex64_n4", (a, inverse, info, 300), {"threads": 3 * GROUP, "group_size": GROUP, "arg_casts": {3: "int32"}})] * 2
+
+
+def test_metal_runtime_has_no_double_kernels(monkeypatch):
+    from mpslinalg import runtimes
+
+    metal = RUNTIMES["metal"]
+    assert set(metal.dtypes) == {torch.float32, torch.complex64}
+    monkeypatch.setitem(runtimes._BY_DEVICE, "cpu", metal)  # reach launch()'s dtype check without a Mac
+    a = torch.zeros(1, 2, 2, dtype=torch.float64)
+    with pytest.raises(TypeError, match="no torch.float64 kernels"):
+        launch(DET_SMALL, 1, a, torch.zeros(1, dtype=torch.float64), 1, N=2)
+
+
+@pytest.mark.parametrize("runtime", ["metal", "cuda", "opencl"])
+def test_every_instance_has_an_entry_point(runtime):
+    rt = RUNTIMES[runtime]
+    names = set()
+    for kernel in KERNELS:
+        for instance in kernel.all_instances():
+            if instance.scalar.dtype not in rt.dtypes:
+                continue
+            entry = rt.entry_point(instance)
+            assert instance.host_name in entry and instance.host_name not in names
+            names.add(instance.host_name)
+            source = rt.source(instance)
+            assert metal_file(kernel.source) in source
+    assert len(names) == sum(len(k.instances) * len([d for d in k.dtypes if d in rt.dtypes]) for k in KERNELS)
+
+
+def test_cuda_entry_point():
+    entry = RUNTIMES["cuda"].entry_point(INVERSE_SMALL.instance(torch.float64, N=3))
+    assert entry.startswith('extern "C" __global__ void __launch_bounds__(128) inverse_small_float64_n3(')
+    assert "const double* __restrict__ a" in entry and "int batch" in entry
+    assert f"__shared__ double tile[{GROUP * 9}];" in entry
+    assert "{blockIdx.x, threadIdx.x, blockDim.x, threadIdx.x % 32u, threadIdx.x / 32u}" in entry
+
+
+def test_opencl_entry_point_requests_simd_width_32():
+    entry = RUNTIMES["opencl"].entry_point(DET_SMALL.instance(torch.complex128, N=2))
+    assert "__attribute__((intel_reqd_sub_group_size(32)))" in entry
+    assert "__attribute__((reqd_work_group_size(128, 1, 1)))" in entry
+    assert "__global double* det" in entry and "__local complex_t<double> tile[640];" in entry
+
+
+def test_opencl_compiles_every_instance():
+    require("opencl")
+    runtime = RUNTIMES["opencl"]
+    for kernel in KERNELS:
+        for instance in kernel.all_instances():
+            assert runtime.compiled(instance, torch.device("cpu")) is runtime.compiled(instance, torch.device("cpu"))
+
+
+def test_host_names_carry_every_parameter():
+    assert INVERSE_SMALL.instance(torch.float32, N=4).host_name == "inverse_small_float32_n4"
+    assert DET_SMALL.instance(torch.complex128, N=1).host_name == "det_small_complex128_n1"
+    with pytest.raises(ValueError):
+        INVERSE_SMALL.instance(torch.float32, N=5)
+    assert set(SCALAR_TYPES) == {torch.float32, torch.complex64, torch.float64, torch.complex128}
+
+
+def test_launch_refuses_unresolved_or_strided_arguments():
+    require("opencl")
+    a = torch.zeros(4, 2, 2, dtype=torch.complex64)
+    det = torch.zeros(4, dtype=torch.complex64)
+    for bad in [a.conj(), a.mT]:
+        with pytest.raises(RuntimeError, match="contiguous and resolved"):
+            launch(DET_SMALL, 1, bad, det, 4, N=2)
+
+
+def test_cpu_default_is_torch_linalg(monkeypatch):
+    monkeypatch.delenv("MPSLINALG_BACKEND", raising=False)
+    assert _dispatch.kernel_runtime(torch.zeros(2, 2)) is None
+    with LA.use_backend("opencl"):
+        if RUNTIMES["opencl"].status().usable:
+            assert _dispatch.kernel_runtime(torch.zeros(2, 2)) is RUNTIMES["opencl"]
+    monkeypatch.setenv("MPSLINALG_BACKEND", "opencl")
+    if RUNTIMES["opencl"].status().usable:
+        assert _dispatch.kernel_runtime(torch.zeros(2, 2)) is RUNTIMES["opencl"]
+    with LA.use_backend("torch"):
+        assert _dispatch.kernel_runtime(torch.zeros(2, 2)) is None
+    with pytest.raises(ValueError, match="use_backend"):
+        with LA.use_backend("cuda"):
+            pass
+    monkeypatch.setenv("MPSLINALG_BACKEND", "metal")
+    with pytest.raises(ValueError, match="MPSLINALG_BACKEND"):
+        _dispatch.kernel_runtime(torch.zeros(2, 2))
+
+
+def test_unusable_gpu_runtime_falls_back_with_one_warning(monkeypatch):
+    from mpslinalg.runtimes import Status
+
+    metal = RUNTIMES["metal"]
+    monkeypatch.setattr(metal, "_status", Status(False, "no Apple GPU (test)"))
+    monkeypatch.setattr(_dispatch, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _dispatch._runtime_name("mps") == ""
+        assert _dispatch._runtime_name("mps") == ""
+    assert [str(w.message) for w in caught] == ["mpslinalg: metal kernels unavailable (no Apple GPU (test)); using torch.linalg"]
+
+
+def test_backends_say_why():
+    statuses = LA.backends()
+    assert set(statuses) == {"metal", "cuda", "opencl"}
+    for status in statuses.values():
+        assert status.usable or status.reason
+    if sys.platform != "darwin":
+        assert statuses["metal"].reason == "no Apple GPU (not macOS)"
+    if not torch.cuda.is_available():
+        assert statuses["cuda"].reason == "no CUDA device"
+
+
+def test_opencl_runs_in_ci():
+    """CI runs every kernel on OpenCL: if the runtime cannot start there, CI fails."""
+    if os.environ.get("CI"):
+        assert LA.backends()["opencl"].usable, LA.backends()["opencl"].reason
+    else:
+        require("opencl")
+
+
+def test_two_threads_share_the_kernel_cache():
+    require("opencl")
+    A = torch.randn(64, 3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64)
+    results, errors = [], []
+
+    def work():
+        try:
+            with LA.use_backend("opencl"):
+                for _ in range(20):
+                    results.append(LA.inv(A))
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for X in results:
+        torch.testing.assert_close(X, torch.linalg.inv(A))
+
+
+def run_module(*args):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_info_command():
+    done = run_module("mpslinalg", "info")
+    assert done.returncode == 0, done.stderr
+    for name in ("metal", "cuda", "opencl"):
+        assert re.search(rf"^  {name}\s+(usable|not usable: .+)$", done.stdout, re.MULTILINE)
+
+
+def test_check_command_passes():
+    done = run_module("mpslinalg", "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split() == ["function", "dtype", "shape", "via", "ratio", "<", "thresh", "result", "time", "ms"]
+    assert any(line.startswith("inv_ex       complex64") for line in lines)
+    assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
+
+
+def test_bench_command_writes_table_and_json(tmp_path):
+    require("opencl")
+    done = run_module("mpslinalg.bench", "inv", "--batch", "256", "--json", str(tmp_path / "b.json"), "--markdown", str(tmp_path / "b.md"))
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "b.md").read_text()
+    assert "| 256 x 4x4 float32 | mpslinalg.inv_ex |" in table and "torch.linalg.inv" in table
+    assert '"implementation": "mpslinalg.det"' in (tmp_path / "b.json").read_text()
