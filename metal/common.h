@@ -16,27 +16,27 @@ struct complex_t {
 };
 
 template <typename R>
-complex_t<R> operator+(complex_t<R> a, complex_t<R> b) {
+METAL_FUNC complex_t<R> operator+(complex_t<R> a, complex_t<R> b) {
   return {a.re + b.re, a.im + b.im};
 }
 
 template <typename R>
-complex_t<R> operator-(complex_t<R> a, complex_t<R> b) {
+METAL_FUNC complex_t<R> operator-(complex_t<R> a, complex_t<R> b) {
   return {a.re - b.re, a.im - b.im};
 }
 
 template <typename R>
-complex_t<R> operator-(complex_t<R> a) {
+METAL_FUNC complex_t<R> operator-(complex_t<R> a) {
   return {-a.re, -a.im};
 }
 
 template <typename R>
-complex_t<R> operator*(complex_t<R> a, complex_t<R> b) {
+METAL_FUNC complex_t<R> operator*(complex_t<R> a, complex_t<R> b) {
   return {fma(a.re, b.re, -a.im * b.im), fma(a.re, b.im, a.im * b.re)};
 }
 
 template <typename R>
-complex_t<R> operator*(R a, complex_t<R> b) {
+METAL_FUNC complex_t<R> operator*(R a, complex_t<R> b) {
   return {a * b.re, a * b.im};
 }
 
@@ -44,7 +44,7 @@ complex_t<R> operator*(R a, complex_t<R> b) {
 // limits. Division by an exact zero gives NaN + NaN i, as torch's complex
 // division does, so singular solves leave torch's pattern.
 template <typename R>
-complex_t<R> operator/(complex_t<R> a, complex_t<R> b) {
+METAL_FUNC complex_t<R> operator/(complex_t<R> a, complex_t<R> b) {
   if (fabs(b.re) >= fabs(b.im)) {
     if (b.re == R(0)) {
       const R nan = R(0) / R(0);
@@ -60,7 +60,7 @@ complex_t<R> operator/(complex_t<R> a, complex_t<R> b) {
 }
 
 template <typename R>
-bool operator==(complex_t<R> a, complex_t<R> b) {
+METAL_FUNC bool operator==(complex_t<R> a, complex_t<R> b) {
   return a.re == b.re && a.im == b.im;
 }
 
@@ -68,40 +68,40 @@ bool operator==(complex_t<R> a, complex_t<R> b) {
 template <typename T>
 struct scalar_traits {
   typedef T real;
-  static T from_real(T x) { return x; }
+  METAL_FUNC static T from_real(T x) { return x; }
 };
 
 template <typename R>
 struct scalar_traits<complex_t<R>> {
   typedef R real;
-  static complex_t<R> from_real(R x) { return {x, R(0)}; }
+  METAL_FUNC static complex_t<R> from_real(R x) { return {x, R(0)}; }
 };
 
 template <typename R>
-R conj(R x) {
+METAL_FUNC R conj(R x) {
   return x;
 }
 
 template <typename R>
-complex_t<R> conj(complex_t<R> z) {
+METAL_FUNC complex_t<R> conj(complex_t<R> z) {
   return {z.re, -z.im};
 }
 
 // |re| + |im|: the magnitude LAPACK's isamax/icamax compare when pivoting.
 template <typename R>
-R abs1(R x) {
+METAL_FUNC R abs1(R x) {
   return fabs(x);
 }
 
 template <typename R>
-R abs1(complex_t<R> z) {
+METAL_FUNC R abs1(complex_t<R> z) {
   return fabs(z.re) + fabs(z.im);
 }
 
 // 1 / x without overflow: for |x| below the smallest normal float (LAPACK's
 // sfmin) the reciprocal would overflow, so callers divide instead.
 template <typename T>
-bool has_safe_reciprocal(T x) {
+METAL_FUNC bool has_safe_reciprocal(T x) {
   typedef typename scalar_traits<T>::real R;
   return !(abs1(x) < R(1.17549435e-38f));
 }

@@ -13,7 +13,7 @@
 // is left unscaled, as LAPACK does. Row swaps are unrolled compare-and-selects
 // so that `a` stays in registers: a runtime row index would spill it to memory.
 template <typename T, int N>
-void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, thread bool& odd) {
+METAL_FUNC void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, thread bool& odd) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
@@ -74,7 +74,7 @@ void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& info, threa
 // gives the same pattern (x * (1/0) = x / 0 for every x) at a fraction of the
 // cost, which dominates the complex kernel.
 template <typename T, int N>
-void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thread T (&x)[N][N]) {
+METAL_FUNC void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thread T (&x)[N][N]) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
@@ -104,14 +104,14 @@ void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thr
 // memory, matrix m at tile[m * STRIDE]; STRIDE is N*N rounded up to an odd
 // number so that threads reading their own matrix hit distinct banks.
 template <typename T, int N, int GROUP, int STRIDE>
-void load_tile(const device T* src, threadgroup T* tile, int count, uint thread_index) {
+METAL_FUNC void load_tile(const device T* src, threadgroup T* tile, int count, uint thread_index) {
   for (int e = int(thread_index); e < count * N * N; e += GROUP) {
     tile[(e / (N * N)) * STRIDE + e % (N * N)] = src[e];
   }
 }
 
 template <typename T, int N, int GROUP, int STRIDE>
-void store_tile(const threadgroup T* tile, device T* dst, int count, uint thread_index) {
+METAL_FUNC void store_tile(const threadgroup T* tile, device T* dst, int count, uint thread_index) {
   for (int e = int(thread_index); e < count * N * N; e += GROUP) {
     dst[e] = tile[(e / (N * N)) * STRIDE + e % (N * N)];
   }
@@ -120,7 +120,7 @@ void store_tile(const threadgroup T* tile, device T* dst, int count, uint thread
 // inverse[b] = inv(a[b]) and info[b] = first zero pivot of a[b] (0 if none),
 // for b < batch. LAPACK: sgetrf + sgetrs (cgetrf + cgetrs).
 template <typename T, int N, int GROUP, int STRIDE>
-void inverse_small(const device T* a, device T* inverse, device int* info, int batch,
+METAL_FUNC void inverse_small(const device T* a, device T* inverse, device int* info, int batch,
                    threadgroup T* tile, thread_position pos) {
   const long first = long(pos.group_index) * GROUP;
   const int count = min(GROUP, int(batch - first));
@@ -158,7 +158,7 @@ void inverse_small(const device T* a, device T* inverse, device int* info, int b
 // det[b] = det(a[b]) = (-1)^swaps * prod diag(U), for b < batch.
 // LAPACK: sgetrf, then the product of U's diagonal with the pivot parity.
 template <typename T, int N, int GROUP, int STRIDE>
-void det_small(const device T* a, device T* det, int batch, threadgroup T* tile,
+METAL_FUNC void det_small(const device T* a, device T* det, int batch, threadgroup T* tile,
                thread_position pos) {
   const long first = long(pos.group_index) * GROUP;
   const int count = min(GROUP, int(batch - first));

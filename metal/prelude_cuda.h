@@ -8,7 +8,10 @@
 
 typedef unsigned int uint;
 
+// Inlined, so that arrays passed by reference stay in registers.
+#define METAL_FUNC __forceinline__
+
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 
 // __syncthreads orders both shared and global memory within the block.
-inline void threadgroup_barrier(mem_flags) { __syncthreads(); }
+METAL_FUNC void threadgroup_barrier(mem_flags) { __syncthreads(); }

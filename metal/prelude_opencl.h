@@ -4,8 +4,11 @@
 #define threadgroup __local
 #define thread __private
 
+// Inlined, so that arrays passed by reference stay in registers.
+#define METAL_FUNC inline __attribute__((always_inline))
+
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 
-inline void threadgroup_barrier(mem_flags flags) {
+METAL_FUNC void threadgroup_barrier(mem_flags flags) {
   barrier(flags == mem_flags::mem_device ? CLK_GLOBAL_MEM_FENCE : CLK_LOCAL_MEM_FENCE);
 }

@@ -60,9 +60,11 @@ def _inv_small_ex(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, tor
     a = _checks.resolved(A)
     n = a.shape[-1]
     inverse = torch.empty_like(a)
-    info = torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
+    if n == 0:
+        return inverse, torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
+    info = torch.empty(a.shape[:-2], dtype=torch.int32, device=a.device)  # the kernel writes all
     batch = info.numel()
-    if n > 0 and batch > 0:
+    if batch > 0:
         launch(INVERSE_SMALL, groups_for(batch, GROUP), a, inverse, info, batch, N=n)
     if check_errors:
         _checks.raise_if_singular(check_errors, info, batched=a.dim() > 2)
@@ -127,11 +129,12 @@ _det_small.register_autograd(_det_backward, setup_context=_det_setup)
 
 def _small_kernel_applies(api: str, A: torch.Tensor) -> bool:
     """Whether A takes the fused kernel; raises torch.linalg's errors for bad input."""
-    if _dispatch.kernel_runtime(A) is None:
+    runtime = _dispatch.kernel_runtime(A)
+    if runtime is None:
         return False
     _checks.square(api, A)
     _checks.floating(api, A)
-    return A.shape[-1] <= SMALL and A.dtype in _dispatch.kernel_runtime(A).dtypes
+    return A.shape[-1] <= SMALL and A.dtype in runtime.dtypes
 
 
 def inv_ex(A: torch.Tensor, *, check_errors: bool = False):

@@ -44,7 +44,7 @@ def test_metal_launch_up_to_compile_shader():
     library = libraries[0]
     source = library.source
     assert source.startswith("// Metal prelude") and "#include <metal_stdlib>" in source
-    assert "template <typename T, int N, int GROUP, int STRIDE>\nvoid inverse_small(" in source
+    assert "template <typename T, int N, int GROUP, int STRIDE>\nMETAL_FUNC void inverse_small(" in source
     entry = source[source.index("[[kernel]]"):]
     # Argument k is buffer k, in call order; the scalar is a 32-bit constant.
     assert re.findall(r"\[\[buffer\((\d)\)\]\]", entry) == ["0", "1", "2", "3"]

@@ -12,6 +12,8 @@ import math
 import threading
 from dataclasses import dataclass
 
+from typing import Sequence
+
 import torch
 
 from .._kernel import Buffer, Instance, Kernel, Scalar, program
@@ -64,7 +66,7 @@ class Runtime:
     def _compile(self, instance: Instance, device: torch.device):
         raise NotImplementedError
 
-    def launch(self, instance: Instance, groups: int, args: list, device: torch.device) -> None:
+    def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         raise NotImplementedError
 
 
@@ -75,21 +77,24 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
     conjugate and negative bits resolved), Python ints for scalars. The dtype of the
     first T buffer selects the instantiation; ``values`` give its other parameters.
     """
-    tensors = [a for a, decl in zip(args, kernel.args) if isinstance(decl, Buffer)]
-    device = tensors[0].device
-    dtype = next(t.dtype for t, d in zip(args, kernel.args) if isinstance(d, Buffer) and d.element == "T")
-    for t in tensors:
-        if t.device != device:
-            raise RuntimeError(f"{kernel.function}: expected all tensors on {device}, found one on {t.device}")
-        if not t.is_contiguous() or t.is_conj() or t.is_neg():
+    device = dtype = None
+    for arg, decl in zip(args, kernel.args):
+        if isinstance(decl, Scalar):
+            if not -(2**31) <= arg < 2**31:
+                raise OverflowError(f"{kernel.function}: {decl.name}={arg} does not fit in int32")
+            continue
+        if device is None:
+            device = arg.device
+        elif arg.device != device:
+            raise RuntimeError(f"{kernel.function}: expected all tensors on {device}, found one on {arg.device}")
+        if dtype is None and decl.element == "T":
+            dtype = arg.dtype
+        if not arg.is_contiguous() or arg.is_conj() or arg.is_neg():
             raise RuntimeError(f"{kernel.function}: kernel arguments must be contiguous and resolved")
-    for a, decl in zip(args, kernel.args):
-        if isinstance(decl, Scalar) and not -(2**31) <= a < 2**31:
-            raise OverflowError(f"{kernel.function}: {decl.name}={a} does not fit in int32")
     runtime = for_device(device)
     if dtype not in runtime.dtypes:
         raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
-    runtime.launch(kernel.instance(dtype, **values), groups, list(args), device)
+    runtime.launch(kernel.instance(dtype, **values), groups, args, device)
 
 
 def groups_for(count: int, per_group: int) -> int:

@@ -6,6 +6,8 @@ import functools
 import warnings
 
 import numpy as np
+from typing import Sequence
+
 import torch
 
 from .._kernel import Buffer, Instance
@@ -57,7 +59,7 @@ class CudaRuntime(Runtime):
             module = cupy.RawModule(code=self.source(instance), options=("-std=c++17", "-default-device"))
             return module.get_function(instance.host_name)
 
-    def launch(self, instance: Instance, groups: int, args: list, device: torch.device) -> None:
+    def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         cupy = _cupy()
         index = torch.cuda.current_device() if device.index is None else device.index
         function = self.compiled(instance, torch.device("cuda", index))

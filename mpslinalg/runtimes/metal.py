@@ -16,6 +16,8 @@ from __future__ import annotations
 import platform
 import sys
 
+from typing import Sequence
+
 import torch
 
 from .._kernel import Buffer, Instance, Scalar
@@ -74,7 +76,7 @@ class MetalRuntime(Runtime):
         compile_shader = self._compile_shader or torch.mps.compile_shader
         return getattr(compile_shader(self.source(instance)), instance.host_name)
 
-    def launch(self, instance: Instance, groups: int, args: list, device: torch.device) -> None:
+    def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         function = self.compiled(instance, device)
         group_size = instance.kernel.group_size
         casts = {k: "int32" for k, a in enumerate(instance.kernel.args) if isinstance(a, Scalar)}

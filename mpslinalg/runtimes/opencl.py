@@ -16,6 +16,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from typing import Sequence
+
 import torch
 
 from .._kernel import Buffer, Instance
@@ -118,7 +120,7 @@ class OpenCLRuntime(Runtime):
             program = cl.Program(self._context, self.source(instance)).build(options=BUILD_OPTIONS)
         return getattr(program, instance.host_name)
 
-    def launch(self, instance: Instance, groups: int, args: list, device: torch.device) -> None:
+    def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         import numpy as np
         import pyopencl as cl
 
