@@ -19,12 +19,15 @@ METAL_FUNC void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& 
   const T one = scalar_traits<T>::from_real(R(1));
   info = 0;
   odd = false;
+  #pragma unroll
   for (int i = 0; i < N; ++i) {
     row[i] = i;
   }
+  #pragma unroll
   for (int k = 0; k < N; ++k) {
     int p = k;
     R best = abs1(a[k][k]);
+    #pragma unroll
     for (int i = k + 1; i < N; ++i) {
       const R v = abs1(a[i][k]);
       if (v > best) {
@@ -32,8 +35,10 @@ METAL_FUNC void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& 
         p = i;
       }
     }
+    #pragma unroll
     for (int i = k + 1; i < N; ++i) {
       if (i == p) {
+        #pragma unroll
         for (int j = 0; j < N; ++j) {
           const T t = a[k][j];
           a[k][j] = a[i][j];
@@ -51,15 +56,19 @@ METAL_FUNC void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& 
       }
     } else if (has_safe_reciprocal(a[k][k])) {
       const T r = one / a[k][k];
+      #pragma unroll
       for (int i = k + 1; i < N; ++i) {
         a[i][k] = a[i][k] * r;
       }
     } else {
+      #pragma unroll
       for (int i = k + 1; i < N; ++i) {
         a[i][k] = a[i][k] / a[k][k];
       }
     }
+    #pragma unroll
     for (int i = k + 1; i < N; ++i) {
+      #pragma unroll
       for (int j = k + 1; j < N; ++j) {
         a[i][j] = a[i][j] - a[i][k] * a[k][j];
       }
@@ -80,18 +89,24 @@ METAL_FUNC void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&r
   const T one = scalar_traits<T>::from_real(R(1));
   T reciprocal[N];
   bool divide[N];
+  #pragma unroll
   for (int i = 0; i < N; ++i) {
     divide[i] = !has_safe_reciprocal(lu[i][i]) && !(lu[i][i] == zero);
     reciprocal[i] = one / lu[i][i];
   }
+  #pragma unroll
   for (int j = 0; j < N; ++j) {
+    #pragma unroll
     for (int i = 0; i < N; ++i) {
       x[i][j] = row[i] == j ? one : zero;
+      #pragma unroll
       for (int k = 0; k < i; ++k) {
         x[i][j] = x[i][j] - lu[i][k] * x[k][j];
       }
     }
+    #pragma unroll
     for (int i = N - 1; i >= 0; --i) {
+      #pragma unroll
       for (int k = i + 1; k < N; ++k) {
         x[i][j] = x[i][j] - lu[i][k] * x[k][j];
       }
@@ -134,7 +149,9 @@ METAL_FUNC void inverse_small(const device T* a, device T* inverse, device int* 
   int zero_pivot = 0;
   bool odd = false;
   if (active) {
+    #pragma unroll
     for (int i = 0; i < N; ++i) {
+      #pragma unroll
       for (int j = 0; j < N; ++j) {
         lu[i][j] = tile[pos.thread_index * STRIDE + i * N + j];
       }
@@ -144,7 +161,9 @@ METAL_FUNC void inverse_small(const device T* a, device T* inverse, device int* 
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   if (active) {
+    #pragma unroll
     for (int i = 0; i < N; ++i) {
+      #pragma unroll
       for (int j = 0; j < N; ++j) {
         tile[pos.thread_index * STRIDE + i * N + j] = x[i][j];
       }
@@ -169,13 +188,16 @@ METAL_FUNC void det_small(const device T* a, device T* det, int batch, threadgro
     int row[N];
     int zero_pivot = 0;
     bool odd = false;
+    #pragma unroll
     for (int i = 0; i < N; ++i) {
+      #pragma unroll
       for (int j = 0; j < N; ++j) {
         lu[i][j] = tile[pos.thread_index * STRIDE + i * N + j];
       }
     }
     lu_small<T, N>(lu, row, zero_pivot, odd);
     T d = lu[0][0];
+    #pragma unroll
     for (int i = 1; i < N; ++i) {
       d = d * lu[i][i];
     }

@@ -1,6 +1,7 @@
 // CUDA prelude: MSL's names for NVRTC. The program is compiled with
 // -default-device, so functions without an execution-space annotation are
-// device functions, as every function in an MSL source is.
+// device functions, as every function in an MSL source is (and `device`, a
+// macro here, would break an explicit __device__).
 #define device
 #define threadgroup
 #define constant
