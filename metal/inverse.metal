@@ -81,9 +81,10 @@ METAL_FUNC void lu_small(thread T (&a)[N][N], thread int (&row)[N], thread int& 
 // singular U gives torch's inf/NaN pattern (e.g. [[nan, nan], [nan, inf]] for
 // the zero 2 x 2). Multiplying by 1 / U[i][i] instead of dividing N times
 // gives the same pattern (x * (1/0) = x / 0 for every x) at a fraction of the
-// cost, which dominates the complex kernel.
+// cost, which dominates the complex kernel. Each column goes to `out`
+// (row-major) as soon as it is solved, so only one lives in registers.
 template <typename T, int N>
-METAL_FUNC void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], thread T (&x)[N][N]) {
+METAL_FUNC void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&row)[N], threadgroup T* out) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
@@ -96,21 +97,23 @@ METAL_FUNC void inverse_from_lu(thread const T (&lu)[N][N], thread const int (&r
   }
   #pragma unroll
   for (int j = 0; j < N; ++j) {
+    T x[N];
     #pragma unroll
     for (int i = 0; i < N; ++i) {
-      x[i][j] = row[i] == j ? one : zero;
+      x[i] = row[i] == j ? one : zero;
       #pragma unroll
       for (int k = 0; k < i; ++k) {
-        x[i][j] = x[i][j] - lu[i][k] * x[k][j];
+        x[i] = x[i] - lu[i][k] * x[k];
       }
     }
     #pragma unroll
     for (int i = N - 1; i >= 0; --i) {
       #pragma unroll
       for (int k = i + 1; k < N; ++k) {
-        x[i][j] = x[i][j] - lu[i][k] * x[k][j];
+        x[i] = x[i] - lu[i][k] * x[k];
       }
-      x[i][j] = divide[i] ? x[i][j] / lu[i][i] : x[i][j] * reciprocal[i];
+      x[i] = divide[i] ? x[i] / lu[i][i] : x[i] * reciprocal[i];
+      out[i * N + j] = x[i];
     }
   }
 }
@@ -143,31 +146,23 @@ METAL_FUNC void inverse_small(const device T* a, device T* inverse, device int* 
   load_tile<T, N, GROUP, STRIDE>(a + first * N * N, tile, count, pos.thread_index);
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  T lu[N][N];
-  T x[N][N];
-  int row[N];
-  int zero_pivot = 0;
-  bool odd = false;
+  // Each thread reads its own matrix and overwrites it with the inverse: no
+  // other thread touches that slot until the barrier before the store.
   if (active) {
+    threadgroup T* slot = tile + pos.thread_index * STRIDE;
+    T lu[N][N];
+    int row[N];
+    int zero_pivot = 0;
+    bool odd = false;
     #pragma unroll
     for (int i = 0; i < N; ++i) {
       #pragma unroll
       for (int j = 0; j < N; ++j) {
-        lu[i][j] = tile[pos.thread_index * STRIDE + i * N + j];
+        lu[i][j] = slot[i * N + j];
       }
     }
     lu_small<T, N>(lu, row, zero_pivot, odd);
-    inverse_from_lu<T, N>(lu, row, x);
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (active) {
-    #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        tile[pos.thread_index * STRIDE + i * N + j] = x[i][j];
-      }
-    }
+    inverse_from_lu<T, N>(lu, row, slot);
     info[first + pos.thread_index] = zero_pivot;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -10,7 +10,7 @@ settings.register_profile(
     "ci",
     deadline=None,
     derandomize=True,
-    max_examples=60,
+    max_examples=150,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
