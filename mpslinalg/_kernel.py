@@ -135,13 +135,14 @@ class Instance:
         """
         return self.scalar.storage if buffer.element == "T" else buffer.element
 
-    def body_call(self, address_space: Callable[[Buffer], str]) -> str:
+    def body_call(self, address_space: str) -> str:
         """The call from an entry point into the body: ``f<T, ...>(args..., shared..., pos)``."""
         args = []
         for a in self.kernel.args:
             if isinstance(a, Buffer) and a.element == "T" and self.scalar.ctype != self.scalar.storage:
                 const = "const " if a.const else ""
-                args.append(f"reinterpret_cast<{const}{address_space(a)} {self.scalar.ctype}*>({a.name})")
+                space = f"{address_space} " if address_space else ""
+                args.append(f"reinterpret_cast<{const}{space}{self.scalar.ctype}*>({a.name})")
             else:
                 args.append(a.name)
         args += [s.name for s in self.shared()] + ["pos"]

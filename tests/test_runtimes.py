@@ -86,7 +86,7 @@ def test_every_instance_has_an_entry_point(runtime):
 
 def test_cuda_entry_point():
     entry = RUNTIMES["cuda"].entry_point(INVERSE_SMALL.instance(torch.float64, N=3))
-    assert entry.startswith('extern "C" __global__ void __launch_bounds__(128) inverse_small_float64_n3(')
+    assert entry.startswith('extern "C" __global__ __launch_bounds__(128) void inverse_small_float64_n3(')
     assert "const double* __restrict__ a" in entry and "int batch" in entry
     assert f"__shared__ double tile[{GROUP * 9}];" in entry
     assert "{blockIdx.x, threadIdx.x, blockDim.x, threadIdx.x % 32u, threadIdx.x / 32u}" in entry

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-
 from typing import Sequence
 
 import torch
@@ -49,8 +48,35 @@ class Runtime:
     def _probe(self) -> Status:
         raise NotImplementedError
 
-    def entry_point(self, instance: Instance) -> str:
+    # The dialect of the generated entry points; each runtime fills these in.
+    shared_qualifier: str  # how a threadgroup array is declared at kernel scope
+    global_space: str  # the address space of a buffer, in casts
+    position: str  # the initializer of the body's thread_position
+    position_params: tuple[str, ...] = ()  # entry parameters the position is read from
+
+    def kernel_prefix(self, instance: Instance) -> str:
+        """What precedes ``void <host name>(``: qualifiers and attributes."""
         raise NotImplementedError
+
+    def buffer_param(self, index: int, buffer: Buffer, instance: Instance) -> str:
+        raise NotImplementedError
+
+    def scalar_param(self, index: int, scalar: Scalar) -> str:
+        return f"int {scalar.name}"
+
+    def entry_point(self, instance: Instance) -> str:
+        """The kernel for ``instance``: its arguments, its threadgroup arrays, the call into the body."""
+        params = [
+            self.buffer_param(k, a, instance) if isinstance(a, Buffer) else self.scalar_param(k, a)
+            for k, a in enumerate(instance.kernel.args)
+        ]
+        params += self.position_params
+        lines = [f"{self.kernel_prefix(instance)}void {instance.host_name}(", "    " + ",\n    ".join(params) + ") {"]
+        lines += [f"  {self.shared_qualifier} {s.element} {s.name}[{s.size}];" for s in instance.shared()]
+        lines.append(f"  const thread_position pos = {self.position};")
+        lines.append("  " + instance.body_call(self.global_space))
+        lines.append("}")
+        return "\n".join(lines) + "\n"
 
     def source(self, instance: Instance) -> str:
         return program(self.prelude, instance, self.entry_point(instance))

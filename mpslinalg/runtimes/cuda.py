@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import functools
 import warnings
-
-import numpy as np
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from .._kernel import Buffer, Instance
 from . import Runtime, Status
-
-POSITION = "{blockIdx.x, threadIdx.x, blockDim.x, threadIdx.x % 32u, threadIdx.x / 32u}"
-
 
 def _cupy():
     import cupy
@@ -36,22 +32,16 @@ class CudaRuntime(Runtime):
             return Status(False, f"CuPy missing ({error.__class__.__name__}: {error}); pip install mpslinalg[cuda]")
         return Status(True)
 
-    def entry_point(self, instance: Instance) -> str:
-        params = []
-        for arg in instance.kernel.args:
-            if isinstance(arg, Buffer):
-                const = "const " if arg.const else ""
-                params.append(f"{const}{instance.storage(arg)}* __restrict__ {arg.name}")
-            else:
-                params.append(f"int {arg.name}")
-        group_size = instance.kernel.group_size
-        lines = [f'extern "C" __global__ void __launch_bounds__({group_size}) {instance.host_name}(']
-        lines.append("    " + ",\n    ".join(params) + ") {")
-        lines += [f"  __shared__ {s.element} {s.name}[{s.size}];" for s in instance.shared()]
-        lines.append(f"  const thread_position pos = {POSITION};")
-        lines.append("  " + instance.body_call(lambda b: ""))
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+    shared_qualifier = "__shared__"
+    global_space = ""
+    position = "{blockIdx.x, threadIdx.x, blockDim.x, threadIdx.x % 32u, threadIdx.x / 32u}"
+
+    def kernel_prefix(self, instance: Instance) -> str:
+        return f'extern "C" __global__ __launch_bounds__({instance.kernel.group_size}) '
+
+    def buffer_param(self, index: int, buffer: Buffer, instance: Instance) -> str:
+        const = "const " if buffer.const else ""
+        return f"{const}{instance.storage(buffer)}* __restrict__ {buffer.name}"
 
     def _compile(self, instance: Instance, device: torch.device):
         cupy = _cupy()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import platform
 import sys
-
 from typing import Sequence
 
 import torch
@@ -23,13 +22,6 @@ import torch
 from .._kernel import Buffer, Instance, Scalar
 from . import Runtime, Status
 
-POSITION = (
-    "uint group_index [[threadgroup_position_in_grid]]",
-    "uint thread_index [[thread_position_in_threadgroup]]",
-    "uint group_size [[threads_per_threadgroup]]",
-    "uint simd_lane [[thread_index_in_simdgroup]]",
-    "uint simd_group [[simdgroup_index_in_threadgroup]]",
-)
 
 
 class MetalRuntime(Runtime):
@@ -56,21 +48,26 @@ class MetalRuntime(Runtime):
             return Status(False, f"torch {torch.__version__} has no torch.mps.compile_shader (needs 2.7)")
         return Status(True)
 
-    def entry_point(self, instance: Instance) -> str:
-        params = []
-        for k, arg in enumerate(instance.kernel.args):
-            if isinstance(arg, Buffer):
-                const = "const " if arg.const else ""
-                params.append(f"{const}device {instance.storage(arg)}* {arg.name} [[buffer({k})]]")
-            else:
-                params.append(f"constant int& {arg.name} [[buffer({k})]]")
-        params += POSITION
-        lines = [f"[[kernel]] void {instance.host_name}(", "    " + ",\n    ".join(params) + ") {"]
-        lines += [f"  threadgroup {s.element} {s.name}[{s.size}];" for s in instance.shared()]
-        lines.append("  const thread_position pos = {group_index, thread_index, group_size, simd_lane, simd_group};")
-        lines.append("  " + instance.body_call(lambda b: "device"))
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+    shared_qualifier = "threadgroup"
+    global_space = "device"
+    position = "{group_index, thread_index, group_size, simd_lane, simd_group}"
+    position_params = (
+        "uint group_index [[threadgroup_position_in_grid]]",
+        "uint thread_index [[thread_position_in_threadgroup]]",
+        "uint group_size [[threads_per_threadgroup]]",
+        "uint simd_lane [[thread_index_in_simdgroup]]",
+        "uint simd_group [[simdgroup_index_in_threadgroup]]",
+    )
+
+    def kernel_prefix(self, instance: Instance) -> str:
+        return "[[kernel]] "
+
+    def buffer_param(self, index: int, buffer: Buffer, instance: Instance) -> str:
+        const = "const " if buffer.const else ""
+        return f"{const}device {instance.storage(buffer)}* {buffer.name} [[buffer({index})]]"
+
+    def scalar_param(self, index: int, scalar: Scalar) -> str:
+        return f"constant int& {scalar.name} [[buffer({index})]]"
 
     def _compile(self, instance: Instance, device: torch.device):
         compile_shader = self._compile_shader or torch.mps.compile_shader

@@ -15,7 +15,6 @@ import sysconfig
 import tempfile
 import warnings
 from pathlib import Path
-
 from typing import Sequence
 
 import torch
@@ -23,10 +22,6 @@ import torch
 from .._kernel import Buffer, Instance
 from . import Runtime, Status
 
-POSITION = (
-    "{(uint)get_group_id(0), (uint)get_local_id(0), (uint)get_local_size(0),"
-    " (uint)get_sub_group_local_id(), (uint)get_sub_group_id()}"
-)
 BUILD_OPTIONS = ["-cl-std=CLC++2021"]
 
 
@@ -86,30 +81,22 @@ class OpenCLRuntime(Runtime):
         self._queue = cl.CommandQueue(self._context)
         return Status(True)
 
-    @property
-    def device_name(self) -> str:
-        return self._context.devices[0].name if self.status().usable else ""
+    shared_qualifier = "__local"
+    global_space = "__global"
+    position = (
+        "{(uint)get_group_id(0), (uint)get_local_id(0), (uint)get_local_size(0),"
+        " (uint)get_sub_group_local_id(), (uint)get_sub_group_id()}"
+    )
 
-    def entry_point(self, instance: Instance) -> str:
-        params = []
-        for arg in instance.kernel.args:
-            if isinstance(arg, Buffer):
-                const = "const " if arg.const else ""
-                params.append(f"__global {const}{instance.storage(arg)}* {arg.name}")
-            else:
-                params.append(f"int {arg.name}")
-        group_size = instance.kernel.group_size
-        lines = [
-            f"__attribute__((reqd_work_group_size({group_size}, 1, 1)))",
-            "__attribute__((intel_reqd_sub_group_size(32)))",
-            f"__kernel void {instance.host_name}(",
-            "    " + ",\n    ".join(params) + ") {",
-        ]
-        lines += [f"  __local {s.element} {s.name}[{s.size}];" for s in instance.shared()]
-        lines.append(f"  const thread_position pos = {POSITION};")
-        lines.append("  " + instance.body_call(lambda b: "__global"))
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+    def kernel_prefix(self, instance: Instance) -> str:
+        return (
+            f"__attribute__((reqd_work_group_size({instance.kernel.group_size}, 1, 1)))\n"
+            "__attribute__((intel_reqd_sub_group_size(32)))\n__kernel "
+        )
+
+    def buffer_param(self, index: int, buffer: Buffer, instance: Instance) -> str:
+        const = "const " if buffer.const else ""
+        return f"__global {const}{instance.storage(buffer)}* {buffer.name}"
 
     def _compile(self, instance: Instance, device: torch.device):
         import pyopencl as cl
