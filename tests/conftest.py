@@ -23,7 +23,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.set_float32_matmul_precision("highest")
 
-KERNEL_BACKENDS = [pytest.param("opencl", id="opencl"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+KERNEL_BACKENDS = [
+    pytest.param("opencl", id="opencl"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.cuda),
+    pytest.param("metal", id="metal", marks=pytest.mark.mps),
+]
+DEVICES = {"opencl": "cpu", "cuda": "cuda", "metal": "mps"}
+SINGLE = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 
 
 def require(name: str) -> None:
@@ -44,4 +50,17 @@ def device(request):
         with mpslinalg.use_backend("opencl"):
             yield torch.device("cpu")
     else:
-        yield torch.device("cuda")
+        yield torch.device(DEVICES[request.param])
+
+
+def supported(device: torch.device, dtype: torch.dtype) -> None:
+    """Skip a float64/complex128 case on MPS, which has no double."""
+    if device.type == "mps" and dtype in SINGLE:
+        pytest.skip("MPS has no float64")
+
+
+def on(device: torch.device, A: torch.Tensor) -> torch.Tensor:
+    """A on device; float64 data goes to float32 on MPS, which has no double."""
+    if device.type == "mps":
+        A = A.to(SINGLE.get(A.dtype, A.dtype))
+    return A.to(device)
