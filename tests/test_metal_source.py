@@ -4,7 +4,6 @@ kernel instantiation against the MSL stub in metal_stub/ (see metal/README.md)."
 import os
 
 import pytest
-import torch
 
 from mpslinalg._kernel import KERNELS
 from mpslinalg.runtimes import RUNTIMES
