@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 _TYPE_NAMES = {
@@ -57,3 +59,38 @@ def raise_if_singular(api: str, info: torch.Tensor, batched: bool) -> None:
         f"{api}: {prefix}The diagonal element {int(flat[index])} is zero, "
         "the inversion could not be completed because the input matrix is singular."
     )
+
+
+# torch's out= messages print dtypes with c10's names.
+_OUT_TYPE_NAMES = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.complex64: "c10::complex<float>",
+    torch.complex128: "c10::complex<double>",
+    torch.int32: "int",
+}
+
+
+def into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+    """``result`` written into ``out`` as torch's ``out=`` does it (or ``result`` if out is None).
+
+    out must have result's dtype and device; a non-empty out of another shape is
+    resized with torch's deprecation warning.
+    """
+    if out is None:
+        return result
+    if out.dtype != result.dtype:
+        name = _OUT_TYPE_NAMES.get(result.dtype, str(result.dtype))
+        raise RuntimeError(f"Expected out tensor to have dtype {name}, but got {_OUT_TYPE_NAMES.get(out.dtype, str(out.dtype))} instead")
+    if out.device != result.device:
+        raise RuntimeError(f"Expected out tensor to have device {result.device}, but got {out.device} instead")
+    if out.shape != result.shape:
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {out.shape}, which does not "
+                f"match the required output shape {result.shape}. This behavior is deprecated, and in a future "
+                "PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
+                "reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0)."
+            )
+        out.resize_(result.shape)
+    return out.copy_(result)

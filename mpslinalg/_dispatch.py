@@ -9,6 +9,7 @@ the OpenCL runtime is chosen with ``MPSLINALG_BACKEND=opencl`` or
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import warnings
 
@@ -17,12 +18,12 @@ import torch
 from .runtimes import RUNTIMES, Runtime, Status
 
 CPU_BACKENDS = ("torch", "opencl")
-_cpu_backend: str | None = None  # set by use_backend; process-wide
+_cpu_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("mpslinalg_cpu_backend", default=None)
 _warned: set[str] = set()
 
 
 def cpu_backend() -> str:
-    name = _cpu_backend or os.environ.get("MPSLINALG_BACKEND", "torch")
+    name = _cpu_backend.get() or os.environ.get("MPSLINALG_BACKEND", "torch")
     if name not in CPU_BACKENDS:
         raise ValueError(f"MPSLINALG_BACKEND must be one of {CPU_BACKENDS}, got {name!r}")
     return name
@@ -30,15 +31,18 @@ def cpu_backend() -> str:
 
 @contextlib.contextmanager
 def use_backend(name: str):
-    """Run CPU tensors on ``name`` ("opencl" kernels or "torch".linalg) inside the block."""
-    global _cpu_backend
+    """Run CPU tensors on ``name`` ("opencl" kernels or "torch".linalg) inside the block.
+
+    The choice belongs to the calling thread (a context variable); under
+    torch.compile it is read once, when the function is compiled.
+    """
     if name not in CPU_BACKENDS:
         raise ValueError(f"use_backend: expected one of {CPU_BACKENDS}, got {name!r}")
-    previous, _cpu_backend = _cpu_backend, name
+    token = _cpu_backend.set(name)
     try:
         yield
     finally:
-        _cpu_backend = previous
+        _cpu_backend.reset(token)
 
 
 def kernel_runtime(tensor: torch.Tensor) -> Runtime | None:

@@ -47,7 +47,15 @@ DET_SMALL = Kernel(
 )
 
 
-# --- custom ops: the kernels, their fake (meta) implementations and gradients ---
+# --- custom ops: the kernels and their fake (meta) implementations ---
+
+# Matrices per launch: the kernels count them in int32, so larger batches go in pieces.
+LAUNCH_LIMIT = 2**30
+
+
+def _pieces(batch: int):
+    for start in range(0, batch, LAUNCH_LIMIT):
+        yield start, min(batch, start + LAUNCH_LIMIT)
 
 
 @torch.library.custom_op("mpslinalg::inv_small_ex", mutates_args=())
@@ -63,9 +71,12 @@ def _inv_small_ex(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, tor
     if n == 0:
         return inverse, torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     info = torch.empty(a.shape[:-2], dtype=torch.int32, device=a.device)  # the kernel writes all
-    batch = info.numel()
-    if batch > 0:
-        launch(INVERSE_SMALL, groups_for(batch, GROUP), a, inverse, info, batch, N=n)
+    flat_a, flat_inverse, flat_info = a.view(-1, n, n), inverse.view(-1, n, n), info.view(-1)
+    for start, stop in _pieces(flat_info.numel()):
+        launch(
+            INVERSE_SMALL, groups_for(stop - start, GROUP),
+            flat_a[start:stop], flat_inverse[start:stop], flat_info[start:stop], stop - start, N=n,
+        )
     if check_errors:
         _checks.raise_if_singular(check_errors, info, batched=a.dim() > 2)
     return inverse, info
@@ -76,19 +87,6 @@ def _(A, check_errors):
     return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty(A.shape[:-2], dtype=torch.int32)
 
 
-def _inv_setup(ctx, inputs, output):
-    ctx.save_for_backward(output[0])
-
-
-def _inv_backward(ctx, grad, _grad_info):
-    (X,) = ctx.saved_tensors
-    Xh = X.mH
-    return -(Xh @ grad @ Xh), None
-
-
-_inv_small_ex.register_autograd(_inv_backward, setup_context=_inv_setup)
-
-
 @torch.library.custom_op("mpslinalg::det_small", mutates_args=())
 def _det_small(A: torch.Tensor) -> torch.Tensor:
     a = _checks.resolved(A)
@@ -96,9 +94,9 @@ def _det_small(A: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.ones(a.shape[:-2], dtype=a.dtype, device=a.device)
     det = torch.empty(a.shape[:-2], dtype=a.dtype, device=a.device)
-    batch = det.numel()
-    if batch > 0:
-        launch(DET_SMALL, groups_for(batch, GROUP), a, det, batch, N=n)
+    flat_a, flat_det = a.view(-1, n, n), det.view(-1)
+    for start, stop in _pieces(flat_det.numel()):
+        launch(DET_SMALL, groups_for(stop - start, GROUP), flat_a[start:stop], flat_det[start:stop], stop - start, N=n)
     return det
 
 
@@ -107,21 +105,129 @@ def _(A):
     return A.new_empty(A.shape[:-2])
 
 
+# Both ops take any batch dims, so vmap's dimension simply becomes the first of them.
+@_inv_small_ex.register_vmap
+def _(info, in_dims, A, check_errors):
+    return torch.ops.mpslinalg.inv_small_ex(A.movedim(in_dims[0], 0), check_errors), (0, 0)
+
+
+@_det_small.register_vmap
+def _(info, in_dims, A):
+    return torch.ops.mpslinalg.det_small(A.movedim(in_dims[0], 0)), 0
+
+
+# --- derivatives, written with mpslinalg's own ops so that they run on the same GPU ---
+
+
+def _inv_vjp(X: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    Xh = X.mH
+    return -(Xh @ grad @ Xh)
+
+
+def _inv_jvp(X: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
+    return -(X @ tangent @ X)
+
+
+def _nonsingular_inverse(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """inv(A), 0 where A is exactly singular, and the mask of the regular matrices.
+
+    No inf or NaN enters a product, nor, when this is itself differentiated
+    (create_graph), the graph: the singular matrices are replaced by I first.
+    """
+    inverse, info = _inverse_ex(A, "")
+    regular = (info == 0)[..., None, None]
+    if torch.is_grad_enabled() and A.requires_grad:
+        identity = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        inverse = _inverse_ex(torch.where(regular, A, identity), "")[0]
+    return torch.where(regular, inverse, 0), regular
+
+
+def _det_vjp(A: torch.Tensor, det: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    # d det / dA = det * A^-H. At an exactly singular A torch's first-order
+    # backward returns 0 (it solves with zero pivots replaced by eps against a
+    # zero right-hand side); so does this one, wherever the LU found a zero pivot.
+    inverse, regular = _nonsingular_inverse(A)
+    return torch.where(regular, (grad * det.conj())[..., None, None] * inverse.mH, 0)
+
+
+def _det_jvp(A: torch.Tensor, det: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
+    # d det = det * tr(A^-1 dA); 0 at an exactly singular A, as the backward.
+    inverse, _ = _nonsingular_inverse(A)
+    return det * (inverse * tangent.mT).sum((-2, -1))
+
+
+def _inv_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[0])
+
+
+def _inv_backward(ctx, grad, _grad_info):
+    return _inv_vjp(ctx.saved_tensors[0], grad), None
+
+
 def _det_setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[0], output)
 
 
 def _det_backward(ctx, grad):
-    # d det / dA = det * A^-H. At an exactly singular A torch's backward returns 0
-    # (it solves with zero pivots replaced by eps against a zero right-hand
-    # side); so does this one, wherever the factorization found a zero pivot.
-    A, det = ctx.saved_tensors
-    inverse, info = torch.ops.mpslinalg.inv_small_ex(A, "")
-    scale = (grad * det.conj())[..., None, None]
-    return torch.where((info == 0)[..., None, None], scale * inverse.mH, 0)
+    return _det_vjp(*ctx.saved_tensors, grad)
 
 
+_inv_small_ex.register_autograd(_inv_backward, setup_context=_inv_setup)
 _det_small.register_autograd(_det_backward, setup_context=_det_setup)
+
+
+class _Inverse(torch.autograd.Function):
+    """The op with its backward, plus forward mode and torch.func transforms, which
+    custom ops lack. Dynamo cannot trace a custom jvp: compiled code calls the op."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, check_errors):
+        return torch.ops.mpslinalg.inv_small_ex(A, check_errors)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(output[0])
+        ctx.save_for_forward(output[0])
+
+    backward = staticmethod(_inv_backward)
+
+    @staticmethod
+    def jvp(ctx, tangent, _check_errors):
+        return _inv_jvp(ctx.saved_tensors[0], tangent), None
+
+
+class _Determinant(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A):
+        return torch.ops.mpslinalg.det_small(A)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output)
+        ctx.save_for_forward(inputs[0], output)
+
+    backward = staticmethod(_det_backward)
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        return _det_jvp(*ctx.saved_tensors, tangent)
+
+
+def _inverse_ex(A: torch.Tensor, check_errors: str):
+    if torch.compiler.is_compiling():
+        return torch.ops.mpslinalg.inv_small_ex(A, check_errors)
+    return _Inverse.apply(A, check_errors)
+
+
+def _determinant(A: torch.Tensor) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        return torch.ops.mpslinalg.det_small(A)
+    return _Determinant.apply(A)
 
 
 # --- public functions ---
@@ -137,7 +243,7 @@ def _small_kernel_applies(api: str, A: torch.Tensor) -> bool:
     return A.shape[-1] <= SMALL and A.dtype in runtime.dtypes
 
 
-def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
+def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
     """Inverse of square matrices and LAPACK-style ``info``, like ``torch.linalg.inv_ex``.
 
     Args:
@@ -145,22 +251,26 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
             and OpenCL). Any batch dims; conjugate views and any strides.
         check_errors: raise ``torch.linalg.LinAlgError`` for singular input
             (synchronises with the device).
+        out: optional ``(inverse, info)`` tensors to write the result into.
 
     Returns:
         ``(inverse, info)``: ``info`` (int32, batch shape) is 0 for success and
         i > 0 when U[i, i] of the pivoted LU is exactly zero; ``inverse`` then
         holds inf/NaN as torch's does. No host synchronisation.
 
+    Gradients (reverse and forward mode) flow to ``inverse``: ``-A^-H G A^-H``.
     n <= 4 runs the fused kernel; larger n calls ``torch.linalg.inv_ex`` until
     mpslinalg's LU family lands.
     """
     if not _small_kernel_applies("linalg.inv", A):
-        return torch.linalg.inv_ex(A, check_errors=check_errors)
-    inverse, info = torch.ops.mpslinalg.inv_small_ex(A, "linalg.inv_ex" if check_errors else "")
+        return torch.linalg.inv_ex(A, check_errors=check_errors, out=out)
+    inverse, info = _inverse_ex(A, "linalg.inv_ex" if check_errors else "")
+    if out is not None:
+        inverse, info = _checks.into(out[0], inverse), _checks.into(out[1], info)
     return torch.return_types.linalg_inv_ex((inverse, info))
 
 
-def inv(A: torch.Tensor) -> torch.Tensor:
+def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Inverse of square matrices, like ``torch.linalg.inv``.
 
     Raises ``torch.linalg.LinAlgError`` with torch's message when a matrix is
@@ -169,18 +279,20 @@ def inv(A: torch.Tensor) -> torch.Tensor:
     ``torch.linalg.inv`` until mpslinalg's LU family lands.
     """
     if not _small_kernel_applies("linalg.inv", A):
-        return torch.linalg.inv(A)
-    return torch.ops.mpslinalg.inv_small_ex(A, "linalg.inv")[0]
+        return torch.linalg.inv(A, out=out)
+    return _checks.into(out, _inverse_ex(A, "linalg.inv")[0])
 
 
-def det(A: torch.Tensor) -> torch.Tensor:
+def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Determinant of square matrices, like ``torch.linalg.det``.
 
     ``(*, n, n)`` -> ``(*)``, the product of U's diagonal and the pivot parity;
     ``det`` of a 0 x 0 matrix is 1. Gradient ``g * conj(det) * A^-H``, and 0 at
-    an exactly singular matrix, as torch's. n <= 4 runs the fused kernel; larger
-    n calls ``torch.linalg.det`` until mpslinalg's LU family lands.
+    an exactly singular matrix, as torch's first-order backward (torch's
+    double backward there uses the adjugate; this one stays 0). n <= 4 runs the
+    fused kernel; larger n calls ``torch.linalg.det`` until mpslinalg's LU
+    family lands.
     """
     if not _small_kernel_applies("linalg.det", A):
-        return torch.linalg.det(A)
-    return torch.ops.mpslinalg.det_small(A)
+        return torch.linalg.det(A, out=out)
+    return _checks.into(out, _determinant(A))

@@ -175,25 +175,32 @@ def test_opencl_runs_in_ci():
         require("opencl")
 
 
-def test_two_threads_share_the_kernel_cache():
+def test_threads_share_the_kernel_cache_but_not_the_backend(monkeypatch):
     require("opencl")
-    A = torch.randn(64, 3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64)
-    results, errors = [], []
+    from mpslinalg import inverse as family
 
-    def work():
+    launches = []
+    real = family.launch
+    monkeypatch.setattr(family, "launch", lambda *a, **k: (launches.append(threading.get_ident()), real(*a, **k)))
+    A = torch.randn(64, 3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64)
+    results, errors, idents = [], [], {}
+
+    def work(backend):
+        idents[backend] = threading.get_ident()
         try:
-            with LA.use_backend("opencl"):
+            with LA.use_backend(backend):
                 for _ in range(20):
                     results.append(LA.inv(A))
         except Exception as error:  # pragma: no cover - reported below
             errors.append(error)
 
-    threads = [threading.Thread(target=work) for _ in range(2)]
+    threads = [threading.Thread(target=work, args=(b,)) for b in ("opencl", "opencl", "torch")]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
+    assert launches.count(idents["torch"]) == 0 and len(launches) == 40
     for X in results:
         torch.testing.assert_close(X, torch.linalg.inv(A))
 

@@ -42,7 +42,9 @@ class Runtime:
 
     def status(self) -> Status:
         if self._status is None:
-            self._status = self._probe()
+            with self._lock:
+                if self._status is None:
+                    self._status = self._probe()
         return self._status
 
     def _probe(self) -> Status:
