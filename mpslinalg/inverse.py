@@ -8,6 +8,7 @@ per matrix. Larger matrices call torch.linalg until the LU family lands.
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad
 
 from . import _checks, _dispatch
 from ._kernel import Buffer, Kernel, Scalar, Shared
@@ -178,7 +179,8 @@ _det_small.register_autograd(_det_backward, setup_context=_det_setup)
 
 class _Inverse(torch.autograd.Function):
     """The op with its backward, plus forward mode and torch.func transforms, which
-    custom ops lack. Dynamo cannot trace a custom jvp: compiled code calls the op."""
+    custom ops lack. Used only where those are at work: apply() costs host time,
+    and Dynamo cannot trace a custom jvp."""
 
     generate_vmap_rule = True
 
@@ -218,16 +220,24 @@ class _Determinant(torch.autograd.Function):
         return _det_jvp(*ctx.saved_tensors, tangent)
 
 
-def _inverse_ex(A: torch.Tensor, check_errors: str):
+def _needs_forward_mode(A: torch.Tensor) -> bool:
+    """Whether A is a dual tensor or under a torch.func transform: then only the
+    autograd.Function path differentiates it (the op's own autograd is reverse mode)."""
     if torch.compiler.is_compiling():
-        return torch.ops.mpslinalg.inv_small_ex(A, check_errors)
-    return _Inverse.apply(A, check_errors)
+        return False
+    return forward_ad._current_level >= 0 or torch._C._functorch.is_functorch_wrapped_tensor(A)
+
+
+def _inverse_ex(A: torch.Tensor, check_errors: str):
+    if _needs_forward_mode(A):
+        return _Inverse.apply(A, check_errors)
+    return torch.ops.mpslinalg.inv_small_ex(A, check_errors)
 
 
 def _determinant(A: torch.Tensor) -> torch.Tensor:
-    if torch.compiler.is_compiling():
-        return torch.ops.mpslinalg.det_small(A)
-    return _Determinant.apply(A)
+    if _needs_forward_mode(A):
+        return _Determinant.apply(A)
+    return torch.ops.mpslinalg.det_small(A)
 
 
 # --- public functions ---
