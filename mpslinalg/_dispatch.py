@@ -14,6 +14,7 @@ import os
 import warnings
 
 import torch
+from torch.autograd import forward_ad
 
 from .runtimes import RUNTIMES, Runtime, Status
 
@@ -70,6 +71,16 @@ def _runtime_name(device_type: str) -> str:
                 _warned.add(runtime.name)
                 warnings.warn(f"mpslinalg: {runtime.name} kernels unavailable ({status.reason}); using torch.linalg")
     return ""
+
+
+def needs_forward_mode(*tensors: torch.Tensor) -> bool:
+    """Whether a dual tensor or a torch.func transform is at work, which a custom op's
+    (reverse-mode) autograd does not serve: the families then call their ops through
+    a torch.autograd.Function with a JVP. It costs host time per call, and Dynamo
+    cannot trace a custom JVP, so it is used only then."""
+    if torch.compiler.is_compiling():
+        return False
+    return forward_ad._current_level >= 0 or any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
 
 
 def backends() -> dict[str, Status]:

@@ -74,9 +74,11 @@ class Shared:
 class Kernel:
     """A kernel body and its instantiations.
 
-    ``params`` maps the values of an instantiation (a dict of ints, e.g. ``{"N": 4}``)
-    to the body's template arguments after T; ``shared`` to its threadgroup arrays.
-    Every instantiation exists for every dtype in ``dtypes``.
+    ``template`` maps the values of an instantiation (a dict of ints, e.g. ``{"N": 4}``)
+    to the body's template arguments after T (bools become ``true``/``false``);
+    ``shared`` maps them to its threadgroup arrays. Every instantiation exists for
+    every dtype in ``dtypes`` for which ``where(dtype, **values)`` holds (threadgroup
+    memory is what usually rules one out).
     """
 
     function: str
@@ -87,17 +89,22 @@ class Kernel:
     template: Callable[..., Sequence[int]]
     shared: Callable[..., Sequence[Shared]] = lambda **_: ()
     dtypes: tuple[torch.dtype, ...] = FLOATING
+    where: Callable[..., bool] = lambda dtype, **_: True
 
     def __post_init__(self) -> None:
         KERNELS.append(self)
 
     def instance(self, dtype: torch.dtype, **values: int) -> Instance:
-        if dtype not in self.dtypes or values not in self.instances:
+        if not self.exists(dtype, **values):
             raise ValueError(f"{self.function} has no instantiation for {dtype}, {values}")
-        return Instance(self, SCALAR_TYPES[dtype], tuple(sorted(values.items())))
+        ordered = tuple((key, values[key]) for key in self.instances[0])  # the declaration's order
+        return Instance(self, SCALAR_TYPES[dtype], ordered)
+
+    def exists(self, dtype: torch.dtype, **values: int) -> bool:
+        return dtype in self.dtypes and values in self.instances and self.where(dtype, **values)
 
     def all_instances(self) -> list[Instance]:
-        return [self.instance(d, **v) for d in self.dtypes for v in self.instances]
+        return [self.instance(d, **v) for d in self.dtypes for v in self.instances if self.where(d, **v)]
 
 
 @dataclass(frozen=True)
@@ -115,8 +122,8 @@ class Instance:
 
     @property
     def template_args(self) -> str:
-        args = [self.scalar.ctype] + [str(v) for v in self.kernel.template(**dict(self.values))]
-        return ", ".join(args)
+        rendered = [("true" if v else "false") if isinstance(v, bool) else str(v) for v in self.kernel.template(**dict(self.values))]
+        return ", ".join([self.scalar.ctype] + rendered)
 
     def shared(self) -> list[Shared]:
         return [

@@ -8,7 +8,6 @@ per matrix. Larger matrices call torch.linalg until the LU family lands.
 from __future__ import annotations
 
 import torch
-from torch.autograd import forward_ad
 
 from . import _checks, _dispatch
 from ._kernel import Buffer, Kernel, Scalar, Shared
@@ -179,8 +178,7 @@ _det_small.register_autograd(_det_backward, setup_context=_det_setup)
 
 class _Inverse(torch.autograd.Function):
     """The op with its backward, plus forward mode and torch.func transforms, which
-    custom ops lack. Used only where those are at work: apply() costs host time,
-    and Dynamo cannot trace a custom jvp."""
+    custom ops lack (used where _dispatch.needs_forward_mode says)."""
 
     generate_vmap_rule = True
 
@@ -220,22 +218,14 @@ class _Determinant(torch.autograd.Function):
         return _det_jvp(*ctx.saved_tensors, tangent)
 
 
-def _needs_forward_mode(A: torch.Tensor) -> bool:
-    """Whether A is a dual tensor or under a torch.func transform: then only the
-    autograd.Function path differentiates it (the op's own autograd is reverse mode)."""
-    if torch.compiler.is_compiling():
-        return False
-    return forward_ad._current_level >= 0 or torch._C._functorch.is_functorch_wrapped_tensor(A)
-
-
 def _inverse_ex(A: torch.Tensor, check_errors: str):
-    if _needs_forward_mode(A):
+    if _dispatch.needs_forward_mode(A):
         return _Inverse.apply(A, check_errors)
     return torch.ops.mpslinalg.inv_small_ex(A, check_errors)
 
 
 def _determinant(A: torch.Tensor) -> torch.Tensor:
-    if _needs_forward_mode(A):
+    if _dispatch.needs_forward_mode(A):
         return _Determinant.apply(A)
     return torch.ops.mpslinalg.det_small(A)
 

@@ -1,0 +1,410 @@
+"""Triangular solves and inverses: ``solve_triangular``, ``tril_inverse``, ``solve_tril``.
+
+Kernels (``metal/triangular.metal``):
+
+- ``trsm_small``: n <= 64 (32 for 8-byte and complex types), one threadgroup per
+  system and block of 32 right-hand sides, A staged once, forward substitution.
+- ``trsm_by_inverse``, the Gated DeltaNet fast path: float32, lower, n in
+  {16, 32, 64}, k >= 8: inv(L) formed by blocks in threadgroup memory, applied
+  to the right-hand sides as a small matrix product.
+- Larger n: recursive blocked TRSM, X1 = L11^-1 B1, B2 -= L21 X1, X2 = L22^-1 B2,
+  down to the small kernel, so that most flops are ``torch.matmul``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks, _dispatch
+from ._kernel import Buffer, Kernel, Scalar, Shared
+from .runtimes import launch
+
+SMALL_GROUP = 32  # right-hand sides per threadgroup in trsm_small (one SIMD group)
+FAST_GROUP = 256  # threads per threadgroup in the inverse-based kernels
+BLOCK = 16  # diagonal block of the in-place triangular inverse
+PANEL = 32  # right-hand sides per step of trsm_by_inverse
+SIZES = (16, 32, 64)
+
+
+def _capacity(dtype: torch.dtype) -> int:
+    """The largest n trsm_small takes: its threadgroup arrays must fit 32 KiB (Metal) / 48 KiB (CUDA)."""
+    return 64 if dtype == torch.float32 else 32
+
+
+TRSM_SMALL = Kernel(
+    function="trsm_small",
+    source="triangular.metal",
+    args=(Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Scalar("n"), Scalar("k"), Scalar("a_stride")),
+    instances=tuple({"N": n, "UPPER": u, "UNIT": d} for n in SIZES for u in (0, 1) for d in (0, 1)),
+    group_size=SMALL_GROUP,
+    template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), SMALL_GROUP),
+    shared=lambda N, UPPER, UNIT: [Shared("lower", "T", N * (N + 1)), Shared("columns", "T", N * (SMALL_GROUP + 1))],
+    where=lambda dtype, N, **_: N <= _capacity(dtype),
+)
+
+TRSM_BY_INVERSE = Kernel(
+    function="trsm_by_inverse",
+    source="triangular.metal",
+    args=(Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Scalar("n"), Scalar("k"), Scalar("a_stride")),
+    instances=tuple({"N": n, "UNIT": d} for n in SIZES for d in (0, 1)),
+    group_size=FAST_GROUP,
+    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, PANEL, FAST_GROUP),
+    shared=lambda N, UNIT: [
+        Shared("l", "T", N * (N + 1)),
+        Shared("scratch", "T", N * (BLOCK + 1)),
+        Shared("panel", "T", N * (PANEL + 1)),
+    ],
+    dtypes=(torch.float32, torch.float64),
+    where=lambda dtype, N, **_: N <= _capacity(dtype),
+)
+
+TRIL_INVERSE_SMALL = Kernel(
+    function="tril_inverse_small",
+    source="triangular.metal",
+    args=(Buffer("a", const=True), Buffer("inverse"), Scalar("n")),
+    instances=tuple({"N": n, "UNIT": d} for n in SIZES for d in (0, 1)),
+    group_size=FAST_GROUP,
+    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, FAST_GROUP),
+    shared=lambda N, UNIT: [Shared("l", "T", N * (N + 1)), Shared("scratch", "T", N * (BLOCK + 1))],
+    dtypes=(torch.float32, torch.float64),
+)
+
+SOLVE_TRIL_CHUNKS = Kernel(
+    function="solve_tril_chunks",
+    source="triangular.metal",
+    args=(Buffer("a", const=True), Buffer("inverse"), Buffer("chunks", "int", const=True), Scalar("heads")),
+    instances=tuple({"N": n} for n in SIZES),
+    group_size=FAST_GROUP,
+    template=lambda N: (N, BLOCK, FAST_GROUP),
+    shared=lambda N: [Shared("l", "T", N * (N + 1)), Shared("scratch", "T", N * (BLOCK + 1))],
+    dtypes=(torch.float32, torch.float64),
+)
+
+
+def _size_for(n: int) -> int:
+    return next(size for size in SIZES if n <= size)
+
+
+# --- the solve, for left solves on contiguous (batch, n, n) A and (batch, n, k) B ---
+
+
+def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
+    """X with A X = B; A is (1 or batch, n, n), B (batch, n, k), both contiguous."""
+    batch, n, k = B.shape
+    X = torch.empty_like(B)
+    if batch == 0 or n == 0 or k == 0:
+        return X
+    a_stride = 0 if A.shape[0] == 1 else n * n
+    if A.dtype in TRSM_BY_INVERSE.dtypes and not upper and n in SIZES and k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, UNIT=int(unit)):
+        launch(TRSM_BY_INVERSE, batch, A, B, X, n, k, a_stride, N=n, UNIT=int(unit))
+    elif n <= _capacity(A.dtype):
+        blocks = -(-k // SMALL_GROUP)
+        launch(TRSM_SMALL, batch * blocks, A, B, X, n, k, a_stride, N=_size_for(n), UPPER=int(upper), UNIT=int(unit))
+    else:
+        X = _solve_blocked(A, B, upper, unit)
+    return X
+
+
+def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
+    """Recursive TRSM (LAPACK 4.9): two half-size solves and one matmul per level."""
+    n = A.shape[-1]
+    half = max(_capacity(A.dtype), (n // 2 + 31) // 32 * 32) if n > 2 * _capacity(A.dtype) else n // 2
+    A11, A22 = A[:, :half, :half].contiguous(), A[:, half:, half:].contiguous()
+    if upper:
+        X2 = _solve_left(A22, B[:, half:].contiguous(), upper, unit)
+        X1 = _solve_left(A11, (B[:, :half] - A[:, :half, half:] @ X2).contiguous(), upper, unit)
+    else:
+        X1 = _solve_left(A11, B[:, :half].contiguous(), upper, unit)
+        X2 = _solve_left(A22, (B[:, half:] - A[:, half:, :half] @ X1).contiguous(), upper, unit)
+    return torch.cat([X1, X2], dim=1)
+
+
+@torch.library.custom_op("mpslinalg::solve_triangular", mutates_args=())
+def _solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool, unitriangular: bool) -> torch.Tensor:
+    """X with op(A) X = B (left) or X op(A) = B, batch dims already broadcast between A and B
+    except that A may have a single batch element."""
+    A, B = _checks.resolved(A), _checks.resolved(B)
+    if not left:  # X A = B  <=>  A^T X^T = B^T
+        A, B, upper = A.mT.contiguous(), B.mT.contiguous(), not upper
+    batch_shape = B.shape[:-2]
+    n, k = B.shape[-2], B.shape[-1]
+    a = A.reshape(-1, n, n)
+    X = _solve_left(a, B.reshape(-1, n, k), upper, unitriangular).reshape(*batch_shape, n, k)
+    return X if left else X.mT.contiguous()
+
+
+@_solve_triangular.register_fake
+def _(A, B, upper, left, unitriangular):
+    return torch.empty_like(B, memory_format=torch.contiguous_format)
+
+
+def _project(G: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
+    """The part of a gradient that lies on the referenced triangle of A."""
+    offset = 1 if unit else 0
+    return G.triu(offset) if upper else G.tril(-offset)
+
+
+def _solve(A, B, upper, left, unit):
+    """The differentiable solve, on A's and B's broadcast batch dims."""
+    return _solve_op(*_broadcast(A, B), upper, left, unit)
+
+
+def _solve_vjp(A, X, grad, upper, left, unit):
+    grad_B = _solve(A.mH, grad, not upper, left, unit)
+    grad_A = -(grad_B @ X.mH) if left else -(X.mH @ grad_B)
+    return _project(grad_A, upper, unit), grad_B
+
+
+def _solve_jvp(A, X, dA, dB, upper, left, unit):
+    dA = _project(dA, upper, unit)
+    return _solve(A, dB - (dA @ X if left else X @ dA), upper, left, unit)
+
+
+def _setup(ctx, inputs, output):
+    A, _, upper, left, unit = inputs
+    ctx.save_for_backward(A, output)
+    ctx.flags = (upper, left, unit)
+
+
+def _backward(ctx, grad):
+    A, X = ctx.saved_tensors
+    grad_A, grad_B = _solve_vjp(A, X, grad, *ctx.flags)
+    return _sum_to(grad_A, A.shape), grad_B, None, None, None
+
+
+def _sum_to(G: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """G summed over the batch dims that broadcasting added to a tensor of ``shape``."""
+    if G.shape == shape:
+        return G
+    return G.reshape(-1, *shape).sum(0) if G.numel() else G.new_zeros(shape)
+
+
+_solve_triangular.register_autograd(_backward, setup_context=_setup)
+
+
+class _Solve(torch.autograd.Function):
+    """The op with forward mode and torch.func transforms (see inverse._Inverse)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, B, upper, left, unit):
+        return torch.ops.mpslinalg.solve_triangular(A, B, upper, left, unit)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0], output)
+
+    backward = staticmethod(_backward)
+
+    @staticmethod
+    def jvp(ctx, dA, dB, *_):
+        A, X = ctx.saved_tensors
+        dA = torch.zeros_like(A) if dA is None else dA
+        dB = torch.zeros_like(X) if dB is None else dB
+        return _solve_jvp(A, X, dA, dB, *ctx.flags)
+
+
+def _solve_op(A, B, upper, left, unit):
+    if _dispatch.needs_forward_mode(A, B):
+        return _Solve.apply(A, B, upper, left, unit)
+    return torch.ops.mpslinalg.solve_triangular(A, B, upper, left, unit)
+
+
+def _broadcast(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A and B on their common batch shape; an A with one batch element stays unexpanded."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    B = B.expand(*batch, *B.shape[-2:])
+    if A.shape[:-2] != batch and A.shape[:-2].numel() != 1:
+        A = A.expand(*batch, *A.shape[-2:])
+    return A, B
+
+
+# --- public functions ---
+
+
+def _check_solve(A: torch.Tensor, B: torch.Tensor, left: bool) -> None:
+    api = "linalg.solve_triangular"
+    if A.dim() < 2:
+        raise RuntimeError(f"{api}: The input tensor A must have at least 2 dimensions.")
+    if B.dim() < 2:
+        raise RuntimeError(f"{api}: The input tensor B must have at least 2 dimensions.")
+    _checks.square(api, A)
+    if A.dtype != B.dtype:
+        raise RuntimeError(
+            f"{api}: Expected A and B to have the same dtype, but found A of type "
+            f"{_checks.type_name(A.dtype)} and B of type {_checks.type_name(B.dtype)} instead"
+        )
+    if A.device != B.device:
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {B.device} and {A.device}!"
+        )
+    n = A.shape[-1]
+    if (B.shape[-2] if left else B.shape[-1]) != n:
+        equation = "AX = B" if left else "XA = B"
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation {equation} "
+            f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
+        )
+
+
+def solve_triangular(
+    A: torch.Tensor,
+    B: torch.Tensor,
+    *,
+    upper: bool,
+    left: bool = True,
+    unitriangular: bool = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Solves A X = B (left) or X A = B for triangular A, like ``torch.linalg.solve_triangular``.
+
+    Args:
+        A: ``(*, n, n)``; only the triangle named by ``upper`` is read, and with
+            ``unitriangular`` its diagonal is taken as ones.
+        B: ``(*, n, k)`` (left) or ``(*, k, n)``; batch dims broadcast with A's.
+        upper: whether A is upper (True) or lower (False) triangular.
+        left: solve A X = B (True) or X A = B (False).
+        out: optional output tensor.
+
+    float32 and complex64 (and float64, complex128 on CUDA and OpenCL). A zero
+    on the diagonal gives inf/NaN in X, as torch does; there is no error.
+    Float32 lower solves with n in {16, 32, 64} and at least 8 right-hand sides
+    take the Gated DeltaNet fast path (the inverse of A by blocks, applied as a
+    matrix product); n above 64 (32 for 8-byte and complex types) is blocked,
+    most of its work in ``torch.matmul``. Differentiable in A and B, in reverse
+    and forward mode.
+    """
+    if _dispatch.kernel_runtime(A) is None:
+        return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
+    _check_solve(A, B, left)
+    if not (A.is_floating_point() or A.is_complex()) or A.dtype not in _dispatch.kernel_runtime(A).dtypes:
+        return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
+    return _checks.into(out, _solve(A, B, upper, left, unitriangular))
+
+
+def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tensor:
+    """The inverse of lower-triangular matrices: ``(*, n, n)`` -> ``(*, n, n)``, lower.
+
+    Only the lower triangle of A is read (its diagonal as ones with
+    ``unitriangular``). Real n <= 64 form it by blocks in one kernel (LAPACK's
+    strtri); other sizes and complex types solve A X = I. Differentiable.
+    """
+    _checks.square("mpslinalg.tril_inverse", A)
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    runtime = _dispatch.kernel_runtime(A)
+    if (
+        runtime is None
+        or _dispatch.needs_forward_mode(A)
+        or A.shape[-1] > SIZES[-1]
+        or not TRIL_INVERSE_SMALL.exists(A.dtype, N=_size_for(max(A.shape[-1], 1)), UNIT=0)
+        or A.dtype not in runtime.dtypes
+    ):
+        return solve_triangular(A, eye.expand_as(A), upper=False, unitriangular=unitriangular)
+    return torch.ops.mpslinalg.tril_inverse(A, unitriangular)
+
+
+@torch.library.custom_op("mpslinalg::tril_inverse", mutates_args=())
+def _tril_inverse(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
+    a = _checks.resolved(A)
+    n = a.shape[-1]
+    inverse = torch.empty_like(a)
+    flat = a.reshape(-1, n, n)
+    if flat.shape[0] and n:
+        launch(TRIL_INVERSE_SMALL, flat.shape[0], flat, inverse.view(-1, n, n), n, N=_size_for(n), UNIT=int(unitriangular))
+    return inverse
+
+
+@_tril_inverse.register_fake
+def _(A, unitriangular):
+    return torch.empty_like(A, memory_format=torch.contiguous_format)
+
+
+def _tril_inverse_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.unit = inputs[1]
+
+
+def _tril_inverse_backward(ctx, grad):
+    (X,) = ctx.saved_tensors
+    Xh = X.mH
+    return _project(-(Xh @ grad @ Xh), upper=False, unit=ctx.unit), None
+
+
+_tril_inverse.register_autograd(_tril_inverse_backward, setup_context=_tril_inverse_setup)
+
+
+def _chunk_table(T: int, batch: int, chunk: int, cu_seqlens: torch.Tensor | None, device) -> torch.Tensor:
+    """(first row, rows) of every chunk: fixed chunks of each sequence of the batch, or of
+    each variable-length sequence given by cu_seqlens (which synchronises, as FLA's does)."""
+    if cu_seqlens is None:
+        starts = [(b * T + s, min(chunk, T - s)) for b in range(batch) for s in range(0, T, chunk)]
+    else:
+        bounds = cu_seqlens.tolist()
+        starts = [(s, min(chunk, end - s)) for begin, end in zip(bounds, bounds[1:]) for s in range(begin, end, chunk)]
+    return torch.tensor(starts, dtype=torch.int32).reshape(-1, 2).to(device)
+
+
+def solve_tril(
+    A: torch.Tensor, cu_seqlens: torch.Tensor | None = None, output_dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``(I + A)^-1`` per chunk, compatible with flash-linear-attention's ``solve_tril``.
+
+    Args:
+        A: ``[B, T, H, BT]``, BT in {16, 32, 64}: row t of head h holds row
+            ``t % BT`` of the chunk's ``BT x BT`` matrix, strictly lower (the rest
+            is ignored), e.g. ``beta * K K^T`` masked, in a Gated DeltaNet forward.
+        cu_seqlens: optional ``[N + 1]`` offsets of variable-length sequences packed
+            along T (then B = 1); every sequence is cut into chunks of BT from its
+            start, its last chunk possibly shorter.
+        output_dtype: dtype of the result (computed in float32).
+
+    Returns:
+        ``[B, T, H, BT]``: row t of head h holds row ``t % BT`` of ``(I + A_c)^-1``,
+        lower triangular with a unit diagonal, zeros above it.
+
+    In a Gated DeltaNet chunk forward it replaces ``fla.ops.utils.solve_tril``:
+    ``A = solve_tril(A, cu_seqlens)``, then ``w = A @ (beta * k)`` and
+    ``u = A @ (beta * v)`` per chunk. Runs one threadgroup per (chunk, head).
+    """
+    if A.dim() != 4 or A.shape[-1] not in SIZES:
+        raise ValueError(f"solve_tril: A must be [B, T, H, BT] with BT in {SIZES}, got {tuple(A.shape)}")
+    batch, T, heads, chunk = A.shape
+    if cu_seqlens is not None and batch != 1:
+        raise ValueError(f"solve_tril: with cu_seqlens the batch size must be 1, got {batch}")
+    table = _chunk_table(T, batch, chunk, cu_seqlens, A.device)
+    if _dispatch.kernel_runtime(A) is None:
+        return _solve_tril_reference(A.float(), table).to(output_dtype)
+    if A.requires_grad or _dispatch.needs_forward_mode(A):
+        raise NotImplementedError("mpslinalg.solve_tril is not differentiable; differentiate tril_inverse on the chunks")
+    compute = torch.float64 if A.dtype == torch.float64 else torch.float32
+    return torch.ops.mpslinalg.solve_tril(A.to(compute), table).to(output_dtype)
+
+
+@torch.library.custom_op("mpslinalg::solve_tril", mutates_args=())
+def _solve_tril_op(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+    a = A.contiguous()
+    inverse = torch.zeros_like(a)
+    count, heads = chunks.shape[0], a.shape[2]
+    if count and heads:
+        launch(SOLVE_TRIL_CHUNKS, count * heads, a, inverse, chunks, heads, N=a.shape[-1])
+    return inverse
+
+
+@_solve_tril_op.register_fake
+def _(A, chunks):
+    return torch.empty_like(A, memory_format=torch.contiguous_format)
+
+
+def _solve_tril_reference(A: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """torch.linalg per chunk, for CPU tensors on the torch backend."""
+    batch, T, heads, chunk = A.shape
+    flat = A.reshape(batch * T, heads, chunk)
+    out = torch.zeros_like(flat)
+    eye = torch.eye(chunk, dtype=A.dtype, device=A.device)
+    for first, rows in table.tolist():
+        block = flat[first : first + rows].transpose(0, 1)[..., :rows]  # heads x rows x rows
+        L = eye[:rows, :rows] + block.tril(-1)
+        out[first : first + rows, :, :rows] = torch.linalg.solve_triangular(L, eye[:rows, :rows].expand_as(L), upper=False, unitriangular=True).transpose(0, 1)
+    return out.reshape(A.shape)
