@@ -97,3 +97,40 @@ def det_ratio(A: torch.Tensor, d: torch.Tensor) -> float:
     ref = scipy.linalg.det(a)
     error = np.abs(exact(d) - ref)
     return float(np.max(error / (n * condition(A) * eps(A.dtype) * np.abs(ref))))
+
+
+def triangle(n: int, cond: float, rng: np.random.Generator, complex_: bool, upper: bool, unit: bool) -> np.ndarray:
+    """A triangular matrix with a controlled condition number.
+
+    Random triangles are exponentially ill-conditioned; R of the QR of a slatms
+    matrix has that matrix's singular values, so kappa_2(R) = cond. A unit
+    triangle is L of a pivoted LU (|l_ij| <= 1), of a slatms matrix of that cond.
+    """
+    a = latms(n, cond, 1.0, rng, complex_)
+    if unit:
+        _, lower, _ = scipy.linalg.lu(a) if n else (None, np.zeros((0, 0)), None)
+        t = lower if not upper else lower.conj().T
+    else:
+        r = np.linalg.qr(a)[1] if n else np.zeros((0, 0))
+        t = r if upper else r.conj().T
+    return t
+
+
+def solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor, upper: bool, left: bool, unit: bool) -> float:
+    """LAPACK sget02/strt02: max_j ||b_j - op(A) x_j||_1 / (||op(A)||_1 ||x_j||_1 eps).
+
+    op(A) is the triangle of A that the solve reads (unit diagonal if ``unit``);
+    for right solves (X A = B) the ratio is taken on the transposed system.
+    """
+    a, x, b = exact(A), exact(X), exact(B)
+    if a.shape[-1] == 0 or x.size == 0:
+        return 0.0
+    t = np.triu(a) if upper else np.tril(a)
+    if unit:
+        idx = np.arange(a.shape[-1])
+        t[..., idx, idx] = 1
+    if not left:
+        t, x, b = np.swapaxes(t, -1, -2), np.swapaxes(x, -1, -2), np.swapaxes(b, -1, -2)
+    residual = np.abs(b - t @ x).sum(-2)  # per column
+    scale = norm1(t)[..., None] * np.abs(x).sum(-2) * eps(A.dtype)
+    return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), np.where(residual > 0, 1 / eps(A.dtype), 0))))

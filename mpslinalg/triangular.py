@@ -124,6 +124,8 @@ def _solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool,
     """X with op(A) X = B (left) or X op(A) = B, batch dims already broadcast between A and B
     except that A may have a single batch element."""
     A, B = _checks.resolved(A), _checks.resolved(B)
+    if B.numel() == 0:
+        return torch.empty_like(B)
     if not left:  # X A = B  <=>  A^T X^T = B^T
         A, B, upper = A.mT.contiguous(), B.mT.contiguous(), not upper
     batch_shape = B.shape[:-2]
@@ -180,6 +182,18 @@ def _sum_to(G: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 
 _solve_triangular.register_autograd(_backward, setup_context=_setup)
+
+
+@_solve_triangular.register_vmap
+def _(info, in_dims, A, B, upper, left, unit):
+    # The vmap dimension becomes the first batch dim; an unbatched operand broadcasts against it.
+    A = A if in_dims[0] is None else A.movedim(in_dims[0], 0)
+    B = B if in_dims[1] is None else B.movedim(in_dims[1], 0)
+    if in_dims[1] is None:
+        B = B.expand(A.shape[0], *B.shape)
+    if in_dims[0] is None:
+        A = A.expand(B.shape[0], *A.shape)
+    return torch.ops.mpslinalg.solve_triangular(*_broadcast(A, B), upper, left, unit), 0
 
 
 class _Solve(torch.autograd.Function):
