@@ -8,7 +8,7 @@ leaves the device time alone. Effective bandwidth counts each input byte read
 once and each output byte written once; the fraction is of the device's
 memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
 
-Families: inv.
+Families: inv, triangular.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ import torch
 import mpslinalg as LA
 
 from .check import best_runtime
+
+# The row each case's speed-up is measured against.
+BASELINES = ("torch.linalg.inv", "torch.linalg.solve_triangular")
 
 # Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
 PEAK_BANDWIDTH = {
@@ -136,7 +139,79 @@ def bench_inv(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
-FAMILIES = {"inv": bench_inv}
+def _fla_solve_tril():
+    try:
+        from fla.ops.utils import solve_tril
+
+        return solve_tril
+    except Exception:  # fla-core missing, or without Triton / a GPU
+        return None
+
+
+def _fla_like_chunks(batch, T, heads, chunk, device):
+    """A as flash-linear-attention builds it: beta * K K^T of normalised keys, strictly
+    lower in each chunk, [B, T, H, BT]; and the float64 reference (I + A)^-1 per chunk."""
+    generator = torch.Generator(device).manual_seed(0)
+    k = torch.nn.functional.normalize(torch.randn(batch, T, heads, 64, device=device, generator=generator), dim=-1)
+    beta = torch.rand(batch, T, heads, device=device, generator=generator)
+    kc = k.view(batch, T // chunk, chunk, heads, 64)
+    blocks = torch.einsum("bnihd,bnjhd->bnhij", kc, kc) * beta.view(batch, T // chunk, chunk, heads).transpose(2, 3)[..., None]
+    blocks = blocks.tril(-1)
+    A = blocks.permute(0, 1, 3, 2, 4).reshape(batch, T, heads, chunk).contiguous()
+    eye = torch.eye(chunk, dtype=torch.float64, device=device)
+    reference = torch.linalg.inv(eye + blocks.double()).permute(0, 1, 3, 2, 4).reshape(batch, T, heads, chunk)
+    return A, blocks, reference
+
+
+def bench_triangular(device: torch.device, batch: int) -> list[Result]:
+    results = []
+    systems = 16384 if device.type != "cpu" else 256
+    for n in (16, 32, 64):
+        for k in (8, 16, 64):
+            generator = torch.Generator(device).manual_seed(n * k)
+            A = (torch.randn(systems, n, n, device=device, generator=generator) / n**0.5 + 2 * torch.eye(n, device=device)).tril()
+            B = torch.randn(systems, n, k, device=device, generator=generator)
+            case = f"{systems} x lower {n}x{n}, {k} rhs"
+            nbytes = 4 * systems * (n * n + 2 * n * k)
+            for name, call in [
+                ("mpslinalg.solve_triangular", lambda: LA.solve_triangular(A, B, upper=False)),
+                ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(A, B, upper=False)),
+            ]:
+                results.append(Result("triangular", case, name, time_per_call(device, call), nbytes))
+    fla = _fla_solve_tril() if device.type == "cuda" else None
+    B_, T, H = (8, 8192, 16) if device.type != "cpu" else (1, 512, 2)
+    for chunk in (16, 32, 64):
+        A, blocks, reference = _fla_like_chunks(B_, T, H, chunk, device)
+        case = f"(I+A)^-1 B={B_} T={T} H={H} BT={chunk}"
+        nbytes = 2 * A.numel() * 4
+        square = (torch.eye(chunk, device=device) + blocks).reshape(-1, chunk, chunk)
+        eye = torch.eye(chunk, device=device).expand_as(square)
+        rows = [
+            ("mpslinalg.solve_tril", lambda: LA.solve_tril(A)),
+            ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(square, eye, upper=False, unitriangular=True)),
+        ]
+        if fla is not None:
+            rows.append(("fla solve_tril", lambda: fla(A)))
+        for name, call in rows:
+            result = Result("triangular", case, name, time_per_call(device, call), nbytes)
+            if name != "torch.linalg.solve_triangular":
+                error = (call().double() - reference).abs().max().item()
+                result.implementation += f" (max error {error:.1e})"
+            results.append(result)
+    if device.type != "cpu":
+        n = 4096
+        generator = torch.Generator(device).manual_seed(1)
+        A = (torch.randn(n, n, device=device, generator=generator) / n**0.5 + 2 * torch.eye(n, device=device)).tril()
+        B = torch.randn(n, n, device=device, generator=generator)
+        for name, call in [
+            ("mpslinalg.solve_triangular", lambda: LA.solve_triangular(A, B, upper=False)),
+            ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(A, B, upper=False)),
+        ]:
+            results.append(Result("triangular", "4096x4096 lower, 4096 rhs", name, time_per_call(device, call, loop=3, repeats=3), 3 * n * n * 4))
+    return results
+
+
+FAMILIES = {"inv": bench_inv, "triangular": bench_triangular}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:
@@ -152,9 +227,9 @@ def device_limits(device: torch.device) -> tuple[str, float | None, float | None
 
 
 def markdown(results: list[Result], header: str, peak: float | None) -> str:
-    lines = [header, "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg.inv |", "|---|---|---|---|---|---|"]
+    lines = [header, "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg |", "|---|---|---|---|---|---|"]
     for r in results:
-        base = next((b for b in results if b.case == r.case and b.implementation == "torch.linalg.inv"), None)
+        base = next((b for b in results if b.case == r.case and b.implementation in BASELINES), None)
         speedup = f"{base.seconds / r.seconds:.1f}x" if base else ""
         fraction = f"{100 * r.bandwidth / peak:.0f}%" if peak else ""
         lines.append(f"| {r.case} | {r.implementation} | {r.seconds * 1e3:.4f} | {r.bandwidth / 1e9:.3g} | {fraction} | {speedup} |")

@@ -30,7 +30,7 @@ class Row:
     ratio: float
     threshold: float
     seconds: float
-    via: str = "kernel"
+    via: str = "kernel"  # or torch.linalg
 
     @property
     def passed(self) -> bool:
@@ -86,9 +86,44 @@ def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
                 result, seconds = _timed(device, call)
                 via = "kernel" if n <= SMALL else "torch.linalg"
                 results.append(Row(name, str(dtype).removeprefix("torch."), shape, ratio(result), testing.THRESHOLD, seconds, via))
+        results += _triangular_rows(device, dtype, rng)
         singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
         _, seconds = _timed(device, lambda: LA.inv_ex(singular))
         results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
+    return results
+
+
+def _triangular_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+    results = []
+    name = str(dtype).removeprefix("torch.")
+    for n, k, (upper, left, unit) in [
+        (5, 3, (False, True, False)),
+        (16, 8, (False, True, True)),
+        (64, 64, (False, True, False)),
+        (32, 5, (True, False, False)),
+        (100, 10, (True, True, True)),
+    ]:
+        count = 200
+        A = torch.from_numpy(np.array([testing.triangle(n, 10.0, rng, dtype.is_complex, upper, unit) for _ in range(count)])).to(dtype).to(device)
+        shape = (count, n, k) if left else (count, k, n)
+        B = torch.randn(shape, dtype=dtype).to(device)
+        X, seconds = _timed(device, lambda: LA.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
+        flags = ("upper" if upper else "lower") + (" left" if left else " right") + (" unit" if unit else "")
+        ratio = testing.solve_ratio(A, X, B, upper, left, unit)
+        results.append(Row("solve_triangular", name, f"{count}x{n}x{n} {k} rhs {flags}", ratio, testing.THRESHOLD, seconds))
+    L = torch.from_numpy(np.array([testing.triangle(48, 10.0, rng, dtype.is_complex, False, False) for _ in range(200)])).to(dtype).to(device)
+    X, seconds = _timed(device, lambda: LA.tril_inverse(L))
+    results.append(Row("tril_inverse", name, "200x48x48", testing.inv_ratio(L, X), testing.THRESHOLD, seconds))
+    if not dtype.is_complex:
+        # (I + A)^-1 for strictly lower A per chunk of 64 rows, [B, T, H, BT]: the error
+        # against float64, in units of n * eps * max |reference|.
+        A = torch.from_numpy(rng.standard_normal((2, 256, 4, 64)) * 0.1).to(dtype).to(device)
+        blocks = A.view(2, 4, 64, 4, 64).permute(0, 1, 3, 2, 4).double().cpu().tril(-1)
+        reference = torch.linalg.inv(torch.eye(64, dtype=torch.float64) + blocks)
+        out, seconds = _timed(device, lambda: LA.solve_tril(A, output_dtype=dtype))
+        got = out.cpu().double().view(2, 4, 64, 4, 64).permute(0, 1, 3, 2, 4)
+        ratio = (got - reference).abs().max().item() / (64 * testing.eps(dtype) * reference.abs().max().item())
+        results.append(Row("solve_tril", name, "2x256x4x64", ratio, testing.THRESHOLD, seconds))
     return results
 
 
@@ -98,11 +133,11 @@ def main() -> int:
         dtypes = (torch.float32, torch.complex64) + ((torch.float64, torch.complex128) if device.type != "mps" else ())
         table = rows(device, dtypes)
     print(f"mpslinalg {LA.__version__} check on {name} ({device}), torch {torch.__version__}")
-    print(f"{'function':<12} {'dtype':<11} {'shape':<14} {'via':<13} {'ratio':>10} {'< thresh':>9} {'result':>6} {'time ms':>9}")
+    print(f"{'function':<17} {'dtype':<11} {'shape':<32} {'via':<13} {'ratio':>10} {'< thresh':>9} {'result':>6} {'time ms':>9}")
     for row in table:
         verdict = "pass" if row.passed else "FAIL"
         print(
-            f"{row.function:<12} {row.dtype:<11} {row.shape:<14} {row.via:<13} {row.ratio:>10.3g} {row.threshold:>9.3g} "
+            f"{row.function:<17} {row.dtype:<11} {row.shape:<32} {row.via:<13} {row.ratio:>10.3g} {row.threshold:>9.3g} "
             f"{verdict:>6} {row.seconds * 1e3:>9.3f}"
         )
     failed = sum(not row.passed for row in table)

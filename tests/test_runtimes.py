@@ -223,7 +223,8 @@ def test_check_command_passes():
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[1].split() == ["function", "dtype", "shape", "via", "ratio", "<", "thresh", "result", "time", "ms"]
-    assert any(line.startswith("inv_ex       complex64") for line in lines)
+    for function in ("inv_ex", "det", "solve_triangular", "tril_inverse", "solve_tril"):
+        assert any(re.match(rf"{function}\s+(float32|complex64)\s", line) for line in lines), function
     assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
 
 
