@@ -61,20 +61,20 @@ METAL_FUNC void trsm_small(const device T* a, const device T* b, device T* x, in
 }
 
 // strtri (Lower) of an N x N lower triangle held in threadgroup memory
-// (row stride N + 1), in place, by blocks of D: the diagonal blocks are
+// (row stride N + 1), in place, by a team of TEAM >= N threads (t is the
+// thread's index in its team), by blocks of D: the diagonal blocks are
 // inverted by substitution (one thread a column, into `scratch`), then each
 // block row i below them is T_ij = -T_ii (sum_{j <= k < i} L_ik T_kj), two
-// small matrix products per block row, so that the threadgroup works in
-// parallel and only N / D block rows are sequential.
-// `scratch` holds N x (D + 1) elements; GROUP >= N threads.
-template <typename T, int N, int D, bool UNIT, int GROUP>
-METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, thread_position pos) {
+// small matrix products per block row, so that the team works in parallel and
+// only N / D block rows are sequential. `scratch` holds N x (D + 1) elements.
+// Every thread of the threadgroup must call this (it has barriers).
+template <typename T, int N, int D, bool UNIT, int TEAM>
+METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, int t) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
   constexpr int S = N + 1;
   constexpr int P = N / D;
-  const int t = int(pos.thread_index);
   // Diagonal blocks: thread t inverts column t % D of block t / D.
   if (t < N) {
     const int p = t / D;
@@ -95,7 +95,7 @@ METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, t
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int e = t; e < N * D; e += GROUP) {
+  for (int e = t; e < N * D; e += TEAM) {
     const int p = e / (D * D);
     const int i = (e / D) % D;
     const int j = e % D;
@@ -106,7 +106,7 @@ METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, t
   threadgroup_barrier(mem_flags::mem_threadgroup);
   // Block rows below: W_ij = sum_{j <= k < i} L_ik T_kj into scratch, then T_ij = -T_ii W_ij.
   for (int bi = 1; bi < P; ++bi) {
-    for (int e = t; e < bi * D * D; e += GROUP) {
+    for (int e = t; e < bi * D * D; e += TEAM) {
       const int bj = e / (D * D);
       const int r = (e / D) % D;
       const int c = e % D;
@@ -117,7 +117,7 @@ METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, t
       scratch[(bj * D + r) * (D + 1) + c] = s;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int e = t; e < bi * D * D; e += GROUP) {
+    for (int e = t; e < bi * D * D; e += TEAM) {
       const int bj = e / (D * D);
       const int r = (e / D) % D;
       const int c = e % D;
@@ -131,109 +131,127 @@ METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, t
   }
 }
 
-// Loads the lower triangle of an n x n matrix (n <= N) into threadgroup memory
-// and pads it to N x N with the identity, so that the inversion runs at size N.
-template <typename T, int N, bool UPPER, int GROUP>
-METAL_FUNC void load_lower_padded(const device T* a, int n, threadgroup T* l, uint thread_index) {
+// The lower triangle of an n x n matrix (n <= N, row i at a + i * row_stride,
+// strictly lower only if STRICT, which then takes a unit diagonal) padded to
+// N x N with the identity, into threadgroup memory; n = 0 gives the identity.
+template <typename T, int N, bool STRICT, int TEAM>
+METAL_FUNC void load_lower_padded(const device T* a, long row_stride, int n, threadgroup T* l, int t) {
   typedef typename scalar_traits<T>::real R;
-  for (int e = int(thread_index); e < N * N; e += GROUP) {
+  for (int e = t; e < N * N; e += TEAM) {
     const int i = e / N;
     const int j = e % N;
     T v = scalar_traits<T>::from_real(R(i == j ? 1 : 0));
-    if (i < n && j <= i) {
-      v = lower_element<UPPER>(a, n, i, j);
+    if (i < n && (STRICT ? j < i : j <= i)) {
+      v = a[i * row_stride + j];
     }
     l[i * (N + 1) + j] = v;
   }
 }
 
+// The threadgroups of the inverse-based kernels hold TEAMS teams of TEAM
+// threads, each with its own slice of threadgroup memory: small matrices
+// (N = 16, 32) are several to a threadgroup, so that its threads are busy.
+struct team_position {
+  int team;   // this team's index in the grid
+  int t;      // the thread's index in its team
+  int slice;  // this team's index in its threadgroup
+};
+
+template <int TEAM, int TEAMS>
+METAL_FUNC team_position team_of(thread_position pos) {
+  const int slice = int(pos.thread_index) / TEAM;
+  return {int(pos.group_index) * TEAMS + slice, int(pos.thread_index) % TEAM, slice};
+}
+
 // The Gated DeltaNet fast path: strsm (Left, Lower) for n <= N in {16, 32, 64}
-// and many right-hand sides, as X = inv(L) B. The inverse is formed once per
-// system by blocks (strtri) in threadgroup memory and applied to the
-// right-hand sides KC columns at a time as a small matrix product.
-template <typename T, int N, bool UNIT, int D, int KC, int GROUP>
+// and many right-hand sides, as X = inv(L) B. Each team forms inv(L) of its
+// system by blocks (strtri) in threadgroup memory and applies it, as a small
+// matrix product KC columns at a time, to one block of COLUMNS right-hand
+// sides: team = system * blocks + block, so that a few systems with many
+// right-hand sides still fill the device.
+template <typename T, int N, bool UNIT, int D, int KC, int COLUMNS, int TEAM, int TEAMS>
 METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* x, int n, int k, long a_stride,
-                                threadgroup T* l, threadgroup T* scratch, threadgroup T* panel,
+                                int teams, threadgroup T* l, threadgroup T* scratch, threadgroup T* panel,
                                 thread_position pos) {
-  const long system = pos.group_index;
-  const device T* B = b + system * n * k;
-  device T* X = x + system * n * k;
-  load_lower_padded<T, N, false, GROUP>(a + system * a_stride, n, l, pos.thread_index);
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, D, UNIT, GROUP>(l, scratch, pos);
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
-  for (int first = 0; first < k; first += KC) {
-    for (int e = int(pos.thread_index); e < n * KC; e += GROUP) {
-      const int i = e / KC;
-      const int c = e % KC;
-      T v = zero;
-      if (first + c < k) {
-        v = B[i * k + first + c];
-      }
-      panel[i * (KC + 1) + c] = v;
+  const team_position me = team_of<TEAM, TEAMS>(pos);
+  const bool active = me.team < teams;
+  const int blocks = (k + COLUMNS - 1) / COLUMNS;
+  const long system = active ? me.team / blocks : 0;
+  const int last = active ? min(k, (me.team % blocks + 1) * COLUMNS) : 0;
+  l += me.slice * N * (N + 1);
+  scratch += me.slice * N * (D + 1);
+  panel += me.slice * N * (KC + 1);
+  const device T* B = b + system * n * k;
+  device T* X = x + system * n * k;
+  load_lower_padded<T, N, false, TEAM>(a + system * a_stride, n, active ? n : 0, l, me.t);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  tril_invert_in_place<T, N, D, UNIT, TEAM>(l, scratch, me.t);
+  for (int first = (me.team % blocks) * COLUMNS; first < (me.team % blocks + 1) * COLUMNS; first += KC) {
+    const int width = max(0, min(KC, last - first));
+    for (int e = me.t; e < n * width; e += TEAM) {
+      panel[(e / width) * (KC + 1) + e % width] = B[(e / width) * k + first + e % width];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int e = int(pos.thread_index); e < n * KC; e += GROUP) {
-      const int i = e / KC;
-      const int c = e % KC;
+    for (int e = me.t; e < n * width; e += TEAM) {
+      const int i = e / width;
+      const int c = e % width;
       T s = zero;
       for (int j = 0; j <= i; ++j) {
         s = s + l[i * (N + 1) + j] * panel[j * (KC + 1) + c];
       }
-      if (first + c < k) {
-        X[i * k + first + c] = s;
-      }
+      X[i * k + first + c] = s;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 }
 
-// strtri (Lower): inverse[b] = inv(tril(a[b])) for n <= N, one threadgroup per matrix.
-template <typename T, int N, bool UNIT, int D, int GROUP>
-METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, threadgroup T* l,
+// strtri (Lower): inverse[m] = inv(tril(a[m])) for n <= N, one team per matrix.
+template <typename T, int N, bool UNIT, int D, int TEAM, int TEAMS>
+METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, int count, threadgroup T* l,
                                    threadgroup T* scratch, thread_position pos) {
-  const long system = pos.group_index;
-  load_lower_padded<T, N, false, GROUP>(a + system * n * n, n, l, pos.thread_index);
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, D, UNIT, GROUP>(l, scratch, pos);
   typedef typename scalar_traits<T>::real R;
-  for (int e = int(pos.thread_index); e < n * n; e += GROUP) {
+  const team_position me = team_of<TEAM, TEAMS>(pos);
+  const bool active = me.team < count;
+  const long offset = long(active ? me.team : 0) * n * n;
+  l += me.slice * N * (N + 1);
+  scratch += me.slice * N * (D + 1);
+  load_lower_padded<T, N, false, TEAM>(a + offset, n, active ? n : 0, l, me.t);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  tril_invert_in_place<T, N, D, UNIT, TEAM>(l, scratch, me.t);
+  for (int e = me.t; active && e < n * n; e += TEAM) {
     const int i = e / n;
     const int j = e % n;
     T v = scalar_traits<T>::from_real(R(0));
     if (j <= i) {
       v = l[i * (N + 1) + j];
     }
-    inverse[system * n * n + e] = v;
+    inverse[offset + e] = v;
   }
 }
 
 // flash-linear-attention's solve_tril: (I + A)^-1 for each chunk of N rows of
 // A in its [B, T, H, N] layout, A strictly lower within a chunk. `chunks`
 // holds (first row, rows) per chunk, so that chunks of variable-length
-// sequences (cu_seqlens) may be shorter than N; group g is head g % heads of
-// chunk g / heads. Row r of a chunk is at ((first + r) * heads + h) * N.
-template <typename T, int N, int D, int GROUP>
+// sequences (cu_seqlens) may be shorter than N; team m is head m % heads of
+// chunk m / heads. Row r of a chunk is at ((first + r) * heads + h) * N.
+template <typename T, int N, int D, int TEAM, int TEAMS>
 METAL_FUNC void solve_tril_chunks(const device T* a, device T* inverse, const device int* chunks, int heads,
-                                  threadgroup T* l, threadgroup T* scratch, thread_position pos) {
+                                  int count, threadgroup T* l, threadgroup T* scratch, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
-  const int chunk = int(pos.group_index) / heads;
-  const int h = int(pos.group_index) % heads;
+  const team_position me = team_of<TEAM, TEAMS>(pos);
+  const bool active = me.team < count;
+  const int chunk = active ? me.team / heads : 0;
+  const int h = me.team % heads;
   const long first = chunks[2 * chunk];
-  const int rows = chunks[2 * chunk + 1];
-  for (int e = int(pos.thread_index); e < N * N; e += GROUP) {
-    const int i = e / N;
-    const int j = e % N;
-    T v = scalar_traits<T>::from_real(R(i == j ? 1 : 0));
-    if (i < rows && j < i) {
-      v = a[((first + i) * heads + h) * N + j];
-    }
-    l[i * (N + 1) + j] = v;
-  }
+  const int rows = active ? chunks[2 * chunk + 1] : 0;
+  l += me.slice * N * (N + 1);
+  scratch += me.slice * N * (D + 1);
+  load_lower_padded<T, N, true, TEAM>(a + (first * heads + h) * N, long(heads) * N, rows, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, D, true, GROUP>(l, scratch, pos);
-  for (int e = int(pos.thread_index); e < rows * N; e += GROUP) {
+  tril_invert_in_place<T, N, D, true, TEAM>(l, scratch, me.t);
+  for (int e = me.t; e < rows * N; e += TEAM) {
     const int i = e / N;
     const int j = e % N;
     T v = scalar_traits<T>::from_real(R(0));

@@ -85,7 +85,7 @@ class Kernel:
     source: str
     args: tuple[Buffer | Scalar, ...]
     instances: tuple[dict, ...]
-    group_size: int
+    group_size: int | Callable[..., int]  # threads per threadgroup, or a function of the values
     template: Callable[..., Sequence[int]]
     shared: Callable[..., Sequence[Shared]] = lambda **_: ()
     dtypes: tuple[torch.dtype, ...] = FLOATING
@@ -119,6 +119,11 @@ class Instance:
         parts = [self.kernel.function, self.scalar.name]
         parts += [f"{key.lower()}{value}" for key, value in self.values]
         return "_".join(parts)
+
+    @property
+    def group_size(self) -> int:
+        size = self.kernel.group_size
+        return size if isinstance(size, int) else size(**dict(self.values))
 
     @property
     def template_args(self) -> str:

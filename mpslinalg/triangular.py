@@ -20,10 +20,14 @@ from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import launch
 
 SMALL_GROUP = 32  # right-hand sides per threadgroup in trsm_small (one SIMD group)
-FAST_GROUP = 256  # threads per threadgroup in the inverse-based kernels
 BLOCK = 16  # diagonal block of the in-place triangular inverse
-PANEL = 32  # right-hand sides per step of trsm_by_inverse
+COLUMNS = 64  # right-hand sides per team in trsm_by_inverse
 SIZES = (16, 32, 64)
+# Teams for the inverse-based kernels, by N: (threads per team, teams per threadgroup[, panel
+# width]). Small matrices go several to a threadgroup; the sizes keep the threadgroup memory
+# under 32 KiB (Metal) for float32 and under 48 KiB (CUDA) for float64.
+TRSM_TEAMS = {16: (32, 4, 16), 32: (64, 2, 32), 64: (256, 1, 32)}
+TRIL_TEAMS = {16: (32, 8), 32: (64, 2), 64: (256, 1)}
 
 
 def _capacity(dtype: torch.dtype) -> int:
@@ -42,41 +46,56 @@ TRSM_SMALL = Kernel(
     where=lambda dtype, N, **_: N <= _capacity(dtype),
 )
 
+
+def _trsm_shared(N, UNIT):
+    team, teams, panel = TRSM_TEAMS[N]
+    return [
+        Shared("l", "T", teams * N * (N + 1)),
+        Shared("scratch", "T", teams * N * (BLOCK + 1)),
+        Shared("panel", "T", teams * N * (panel + 1)),
+    ]
+
+
 TRSM_BY_INVERSE = Kernel(
     function="trsm_by_inverse",
     source="triangular.metal",
-    args=(Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Scalar("n"), Scalar("k"), Scalar("a_stride")),
+    args=(
+        Buffer("a", const=True), Buffer("b", const=True), Buffer("x"),
+        Scalar("n"), Scalar("k"), Scalar("a_stride"), Scalar("teams"),
+    ),
     instances=tuple({"N": n, "UNIT": d} for n in SIZES for d in (0, 1)),
-    group_size=FAST_GROUP,
-    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, PANEL, FAST_GROUP),
-    shared=lambda N, UNIT: [
-        Shared("l", "T", N * (N + 1)),
-        Shared("scratch", "T", N * (BLOCK + 1)),
-        Shared("panel", "T", N * (PANEL + 1)),
-    ],
+    group_size=lambda N, UNIT: TRSM_TEAMS[N][0] * TRSM_TEAMS[N][1],
+    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, TRSM_TEAMS[N][2], COLUMNS, *TRSM_TEAMS[N][:2]),
+    shared=_trsm_shared,
     dtypes=(torch.float32, torch.float64),
     where=lambda dtype, N, **_: N <= _capacity(dtype),
 )
 
+
+def _tril_shared(N, **_):
+    team, teams = TRIL_TEAMS[N]
+    return [Shared("l", "T", teams * N * (N + 1)), Shared("scratch", "T", teams * N * (BLOCK + 1))]
+
+
 TRIL_INVERSE_SMALL = Kernel(
     function="tril_inverse_small",
     source="triangular.metal",
-    args=(Buffer("a", const=True), Buffer("inverse"), Scalar("n")),
+    args=(Buffer("a", const=True), Buffer("inverse"), Scalar("n"), Scalar("count")),
     instances=tuple({"N": n, "UNIT": d} for n in SIZES for d in (0, 1)),
-    group_size=FAST_GROUP,
-    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, FAST_GROUP),
-    shared=lambda N, UNIT: [Shared("l", "T", N * (N + 1)), Shared("scratch", "T", N * (BLOCK + 1))],
+    group_size=lambda N, UNIT: TRIL_TEAMS[N][0] * TRIL_TEAMS[N][1],
+    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, *TRIL_TEAMS[N]),
+    shared=_tril_shared,
     dtypes=(torch.float32, torch.float64),
 )
 
 SOLVE_TRIL_CHUNKS = Kernel(
     function="solve_tril_chunks",
     source="triangular.metal",
-    args=(Buffer("a", const=True), Buffer("inverse"), Buffer("chunks", "int", const=True), Scalar("heads")),
+    args=(Buffer("a", const=True), Buffer("inverse"), Buffer("chunks", "int", const=True), Scalar("heads"), Scalar("count")),
     instances=tuple({"N": n} for n in SIZES),
-    group_size=FAST_GROUP,
-    template=lambda N: (N, BLOCK, FAST_GROUP),
-    shared=lambda N: [Shared("l", "T", N * (N + 1)), Shared("scratch", "T", N * (BLOCK + 1))],
+    group_size=lambda N: TRIL_TEAMS[N][0] * TRIL_TEAMS[N][1],
+    template=lambda N: (N, BLOCK, *TRIL_TEAMS[N]),
+    shared=_tril_shared,
     dtypes=(torch.float32, torch.float64),
 )
 
@@ -96,7 +115,8 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
         return X
     a_stride = 0 if A.shape[0] == 1 else n * n
     if A.dtype in TRSM_BY_INVERSE.dtypes and not upper and n in SIZES and k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, UNIT=int(unit)):
-        launch(TRSM_BY_INVERSE, batch, A, B, X, n, k, a_stride, N=n, UNIT=int(unit))
+        teams = batch * -(-k // COLUMNS)
+        launch(TRSM_BY_INVERSE, -(-teams // TRSM_TEAMS[n][1]), A, B, X, n, k, a_stride, teams, N=n, UNIT=int(unit))
     elif n <= _capacity(A.dtype):
         blocks = -(-k // SMALL_GROUP)
         launch(TRSM_SMALL, batch * blocks, A, B, X, n, k, a_stride, N=_size_for(n), UPPER=int(upper), UNIT=int(unit))
@@ -325,8 +345,10 @@ def _tril_inverse(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
     n = a.shape[-1]
     inverse = torch.empty_like(a)
     flat = a.reshape(-1, n, n)
-    if flat.shape[0] and n:
-        launch(TRIL_INVERSE_SMALL, flat.shape[0], flat, inverse.view(-1, n, n), n, N=_size_for(n), UNIT=int(unitriangular))
+    count, size = flat.shape[0], _size_for(max(n, 1))
+    if count and n:
+        groups = -(-count // TRIL_TEAMS[size][1])
+        launch(TRIL_INVERSE_SMALL, groups, flat, inverse.view(-1, n, n), n, count, N=size, UNIT=int(unitriangular))
     return inverse
 
 
@@ -387,6 +409,8 @@ def solve_tril(
     batch, T, heads, chunk = A.shape
     if cu_seqlens is not None and batch != 1:
         raise ValueError(f"solve_tril: with cu_seqlens the batch size must be 1, got {batch}")
+    if cu_seqlens is not None and (int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != T):
+        raise ValueError(f"solve_tril: cu_seqlens must run from 0 to T = {T}")
     table = _chunk_table(T, batch, chunk, cu_seqlens, A.device)
     if _dispatch.kernel_runtime(A) is None:
         return _solve_tril_reference(A.float(), table).to(output_dtype)
@@ -399,10 +423,10 @@ def solve_tril(
 @torch.library.custom_op("mpslinalg::solve_tril", mutates_args=())
 def _solve_tril_op(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
     a = A.contiguous()
-    inverse = torch.zeros_like(a)
-    count, heads = chunks.shape[0], a.shape[2]
-    if count and heads:
-        launch(SOLVE_TRIL_CHUNKS, count * heads, a, inverse, chunks, heads, N=a.shape[-1])
+    inverse = torch.empty_like(a)  # the chunks cover every row
+    count, heads, size = chunks.shape[0] * a.shape[2], a.shape[2], a.shape[-1]
+    if count:
+        launch(SOLVE_TRIL_CHUNKS, -(-count // TRIL_TEAMS[size][1]), a, inverse, chunks, heads, count, N=size)
     return inverse
 
 

@@ -272,3 +272,5 @@ def test_solve_tril_rejects_bad_layouts(device):
         LA.solve_tril(torch.zeros(1, 8, 2, 8, device=device))
     with pytest.raises(ValueError, match="batch size must be 1"):
         LA.solve_tril(torch.zeros(2, 8, 2, 16, device=device), cu_seqlens=torch.tensor([0, 8], device=device))
+    with pytest.raises(ValueError, match="from 0 to T"):
+        LA.solve_tril(torch.zeros(1, 8, 2, 16, device=device), cu_seqlens=torch.tensor([0, 5], device=device))

@@ -37,7 +37,7 @@ class CudaRuntime(Runtime):
     position = "{blockIdx.x, threadIdx.x, blockDim.x, threadIdx.x % 32u, threadIdx.x / 32u}"
 
     def kernel_prefix(self, instance: Instance) -> str:
-        return f'extern "C" __global__ __launch_bounds__({instance.kernel.group_size}) '
+        return f'extern "C" __global__ __launch_bounds__({instance.group_size}) '
 
     def buffer_param(self, index: int, buffer: Buffer, instance: Instance) -> str:
         const = "const " if buffer.const else ""
@@ -61,10 +61,10 @@ class CudaRuntime(Runtime):
         )
         stream = _external_stream(torch.cuda.current_stream(index).cuda_stream, index)
         if torch.cuda.current_device() == index:
-            function((groups,), (instance.kernel.group_size,), kernel_args, stream=stream)
+            function((groups,), (instance.group_size,), kernel_args, stream=stream)
         else:
             with cupy.cuda.Device(index):
-                function((groups,), (instance.kernel.group_size,), kernel_args, stream=stream)
+                function((groups,), (instance.group_size,), kernel_args, stream=stream)
 
 
 @functools.lru_cache(maxsize=64)

@@ -75,6 +75,6 @@ class MetalRuntime(Runtime):
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         function = self.compiled(instance, device)
-        group_size = instance.kernel.group_size
+        group_size = instance.group_size
         casts = {k: "int32" for k, a in enumerate(instance.kernel.args) if isinstance(a, Scalar)}
         function(*args, threads=groups * group_size, group_size=group_size, arg_casts=casts)

@@ -90,7 +90,7 @@ class OpenCLRuntime(Runtime):
 
     def kernel_prefix(self, instance: Instance) -> str:
         return (
-            f"__attribute__((reqd_work_group_size({instance.kernel.group_size}, 1, 1)))\n"
+            f"__attribute__((reqd_work_group_size({instance.group_size}, 1, 1)))\n"
             "__attribute__((intel_reqd_sub_group_size(32)))\n__kernel "
         )
 
@@ -126,7 +126,7 @@ class OpenCLRuntime(Runtime):
                     written.append((host, buffer))
             else:
                 kernel_args.append(np.int32(arg))
-        group_size = instance.kernel.group_size
+        group_size = instance.group_size
         with self._lock:
             function(self._queue, (groups * group_size,), (group_size,), *kernel_args)
             for host, buffer in written:
