@@ -372,14 +372,21 @@ _tril_inverse.register_autograd(_tril_inverse_backward, setup_context=_tril_inve
 
 
 def _chunk_table(T: int, batch: int, chunk: int, cu_seqlens: torch.Tensor | None, device) -> torch.Tensor:
-    """(first row, rows) of every chunk: fixed chunks of each sequence of the batch, or of
-    each variable-length sequence given by cu_seqlens (which synchronises, as FLA's does)."""
+    """(first row, rows) of every chunk, int32 on ``device``: fixed chunks of each sequence
+    of the batch, or of each variable-length sequence of cu_seqlens. Built with tensor
+    ops; only cu_seqlens costs a synchronisation (its chunk count), as in FLA."""
     if cu_seqlens is None:
-        starts = [(b * T + s, min(chunk, T - s)) for b in range(batch) for s in range(0, T, chunk)]
+        starts = torch.arange(0, T, chunk, device=device)
+        firsts = (torch.arange(batch, device=device)[:, None] * T + starts).reshape(-1)
+        rows = (T - starts).clamp(max=chunk).repeat(batch)
     else:
-        bounds = cu_seqlens.tolist()
-        starts = [(s, min(chunk, end - s)) for begin, end in zip(bounds, bounds[1:]) for s in range(begin, end, chunk)]
-    return torch.tensor(starts, dtype=torch.int32).reshape(-1, 2).to(device)
+        bounds = cu_seqlens.to(device=device, dtype=torch.int64)
+        counts = (bounds[1:] - bounds[:-1] + chunk - 1) // chunk
+        sequence = torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts)
+        index = torch.arange(sequence.numel(), device=device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        firsts = bounds[sequence] + index * chunk
+        rows = torch.minimum(bounds[sequence + 1] - firsts, torch.tensor(chunk, device=device))
+    return torch.stack([firsts, rows], dim=1).to(torch.int32)
 
 
 def solve_tril(

@@ -58,9 +58,11 @@ def test_inv_ratio_over_conditioning_scale_and_batch(device, A):
     torch.testing.assert_close(LA.inv(A), X, rtol=0, atol=0)
 
 
-@given(A=problems(), exponent=st.integers(-120, 120))
+@given(A=problems(), exponent=st.integers(-80, 80))
 def test_det_ratio_over_conditioning_scale_and_batch(device, A, exponent):
-    # Entries of size 2^(exponent / n): det near 2^exponent, inside float32's range.
+    # Entries of size 2^(exponent / n), so det is 2^exponent times that of a matrix of
+    # largest entry 1 (down to ~2^-40 at kappa = 1e6): far from float32's subnormals,
+    # where no relative bound can hold.
     n = A.shape[-1]
     A = A / A.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(1e-30) * 2.0 ** (exponent // n)
     A = on(device, A)

@@ -12,6 +12,11 @@ import torch
 from .._kernel import Buffer, Instance
 from . import Runtime, Status
 
+# IEEE division and square root and subnormals kept (NVRTC's defaults, stated so that
+# no caller's defaults change them): results must match the other runtimes.
+OPTIONS = ("-std=c++17", "-default-device", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
+
+
 def _cupy():
     import cupy
 
@@ -46,7 +51,7 @@ class CudaRuntime(Runtime):
     def _compile(self, instance: Instance, device: torch.device):
         cupy = _cupy()
         with cupy.cuda.Device(device.index):
-            module = cupy.RawModule(code=self.source(instance), options=("-std=c++17", "-default-device"))
+            module = cupy.RawModule(code=self.source(instance), options=OPTIONS)
             return module.get_function(instance.host_name)
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
