@@ -125,18 +125,55 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
     return X
 
 
-def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
-    """Recursive TRSM (LAPACK 4.9): two half-size solves and one matmul per level."""
-    n = A.shape[-1]
-    half = max(_capacity(A.dtype), (n // 2 + 31) // 32 * 32) if n > 2 * _capacity(A.dtype) else n // 2
-    A11, A22 = A[:, :half, :half].contiguous(), A[:, half:, half:].contiguous()
-    if upper:
-        X2 = _solve_left(A22, B[:, half:].contiguous(), upper, unit)
-        X1 = _solve_left(A11, (B[:, :half] - A[:, :half, half:] @ X2).contiguous(), upper, unit)
+PANEL_ROWS = 512  # rows of the diagonal blocks of the blocked solve
+
+
+def _lower_inverse(L: torch.Tensor, unit: bool) -> torch.Tensor:
+    """inv(tril(L)) of contiguous (batch, m, m) L, reading its lower triangle only.
+
+    Small m is one kernel; larger m recurses on halves, T21 = -T22 L21 T11, both
+    halves of equal size in one batched call, so each level is a few launches.
+    """
+    batch, m, _ = L.shape
+    if m <= SIZES[-1] and TRIL_INVERSE_SMALL.exists(L.dtype, N=_size_for(max(m, 1)), UNIT=int(unit)):
+        inverse = torch.empty_like(L)
+        size = _size_for(max(m, 1))
+        launch(TRIL_INVERSE_SMALL, -(-batch // TRIL_TEAMS[size][1]), L, inverse, m, batch, N=size, UNIT=int(unit))
+        return inverse
+    if m <= _capacity(L.dtype):  # complex: substitution on the identity
+        eye = torch.eye(m, dtype=L.dtype, device=L.device).expand(batch, m, m).contiguous()
+        return _solve_left(L, eye, upper=False, unit=unit)
+    half = (m // 2 + SIZES[-1] - 1) // SIZES[-1] * SIZES[-1] if m > 2 * SIZES[-1] else m // 2
+    L11, L22 = L[:, :half, :half], L[:, half:, half:]
+    if m == 2 * half:
+        T11, T22 = _lower_inverse(torch.cat([L11, L22]).contiguous(), unit).split(batch)
     else:
-        X1 = _solve_left(A11, B[:, :half].contiguous(), upper, unit)
-        X2 = _solve_left(A22, (B[:, half:] - A[:, half:, :half] @ X1).contiguous(), upper, unit)
-    return torch.cat([X1, X2], dim=1)
+        T11, T22 = _lower_inverse(L11.contiguous(), unit), _lower_inverse(L22.contiguous(), unit)
+    T21 = -(T22 @ (L[:, half:, :half] @ T11))
+    top = torch.cat([T11, T11.new_zeros(batch, half, m - half)], dim=2)
+    return torch.cat([top, torch.cat([T21, T22], dim=2)], dim=1)
+
+
+def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
+    """Blocked TRSM with inverted diagonal blocks (as MAGMA's trsm): the inverses of all
+    diagonal blocks of PANEL_ROWS come from one batched _lower_inverse, then block row j
+    is X_j = inv(A_jj) (B_j - A_j,<j X_<j): two matrix products per block, and no
+    launch per row. An upper A is solved reversed (J A J is lower)."""
+    if upper:
+        return _solve_blocked(A.flip(-2, -1), B.flip(-2), False, unit).flip(-2)
+    n = A.shape[-1]
+    nb = min(PANEL_ROWS, n)
+    full = n // nb
+    blocks = torch.cat([A[:, j * nb : (j + 1) * nb, j * nb : (j + 1) * nb] for j in range(full)]).contiguous()
+    inverses = list(_lower_inverse(blocks, unit).split(A.shape[0]))
+    if n % nb:
+        inverses.append(_lower_inverse(A[:, full * nb :, full * nb :].contiguous(), unit))
+    X = torch.empty_like(B)
+    for j, inverse in enumerate(inverses):
+        rows = slice(j * nb, min(n, (j + 1) * nb))
+        rhs = B[:, rows] if j == 0 else B[:, rows] - A[:, rows, : j * nb] @ X[:, : j * nb]
+        X[:, rows] = inverse @ rhs
+    return X
 
 
 @torch.library.custom_op("mpslinalg::solve_triangular", mutates_args=())
