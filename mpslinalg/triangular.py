@@ -7,8 +7,9 @@ Kernels (``metal/triangular.metal``):
 - ``trsm_by_inverse``, the Gated DeltaNet fast path: float32, lower, n in
   {16, 32, 64}, k >= 8: inv(L) formed by blocks in threadgroup memory, applied
   to the right-hand sides as a small matrix product.
-- Larger n: recursive blocked TRSM, X1 = L11^-1 B1, B2 -= L21 X1, X2 = L22^-1 B2,
-  down to the small kernel, so that most flops are ``torch.matmul``.
+- Larger n: blocked TRSM with inverted diagonal blocks of 512 rows (one batched
+  recursive inverse, then X_j = inv(A_jj) (B_j - A_j,<j X_<j)), so that most flops
+  are ``torch.matmul`` and the launches do not grow with n.
 """
 
 from __future__ import annotations
