@@ -443,7 +443,8 @@ def solve_tril(
 
     Returns:
         ``[B, T, H, BT]``: row t of head h holds row ``t % BT`` of ``(I + A_c)^-1``,
-        lower triangular with a unit diagonal, zeros above it.
+        lower triangular with a unit diagonal, zeros above it. Differentiable in A
+        (reverse mode: ``dA = -tril_-1(X^T G X^T)`` per chunk).
 
     In a Gated DeltaNet chunk forward it replaces ``fla.ops.utils.solve_tril``:
     ``A = solve_tril(A, cu_seqlens)``, then ``w = A @ (beta * k)`` and
@@ -459,8 +460,8 @@ def solve_tril(
     table = _chunk_table(T, batch, chunk, cu_seqlens, A.device)
     if _dispatch.kernel_runtime(A) is None:
         return _solve_tril_reference(A.float(), table).to(output_dtype)
-    if A.requires_grad or _dispatch.needs_forward_mode(A):
-        raise NotImplementedError("mpslinalg.solve_tril is not differentiable; differentiate tril_inverse on the chunks")
+    if _dispatch.needs_forward_mode(A):
+        raise NotImplementedError("mpslinalg.solve_tril has no forward-mode derivative; use tril_inverse on the chunks")
     compute = torch.float64 if A.dtype == torch.float64 else torch.float32
     return torch.ops.mpslinalg.solve_tril(A.to(compute), table).to(output_dtype)
 
@@ -478,6 +479,40 @@ def _solve_tril_op(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
 @_solve_tril_op.register_fake
 def _(A, chunks):
     return torch.empty_like(A, memory_format=torch.contiguous_format)
+
+
+def _chunk_rows(chunks: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every chunk, the flat row index of each of its ``size`` rows (clamped) and
+    whether that row belongs to the chunk (a short last chunk of a sequence)."""
+    offsets = torch.arange(size, device=chunks.device)
+    inside = offsets < chunks[:, 1:2]
+    return torch.where(inside, chunks[:, :1] + offsets, chunks[:, :1]).long(), inside
+
+
+def _solve_tril_backward(ctx, grad):
+    # X = (I + A)^-1 per chunk: dA = -tril_-1(X^T G X^T) per chunk, A strictly lower.
+    # Chunks are gathered into (chunks, H, BT, BT), rows outside a short chunk as zeros,
+    # which leaves each chunk's own block of the product unchanged.
+    X, chunks = ctx.saved_tensors
+    batch, T, heads, size = X.shape
+    index, inside = _chunk_rows(chunks, size)
+    mask = inside[:, :, None, None]
+
+    def gather(M):
+        return (M.reshape(batch * T, heads, size)[index] * mask).permute(0, 2, 1, 3)
+
+    Xc, Gc = gather(X), gather(grad)
+    dA = -(Xc.mT @ Gc @ Xc.mT).tril(-1)
+    out = torch.zeros(batch * T, heads, size, dtype=grad.dtype, device=grad.device)
+    out.index_put_((index[inside],), dA.permute(0, 2, 1, 3)[inside], accumulate=False)
+    return out.reshape(X.shape), None
+
+
+def _solve_tril_setup(ctx, inputs, output):
+    ctx.save_for_backward(output, inputs[1])
+
+
+_solve_tril_op.register_autograd(_solve_tril_backward, setup_context=_solve_tril_setup)
 
 
 def _solve_tril_reference(A: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
