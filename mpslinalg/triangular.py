@@ -251,7 +251,12 @@ def _(info, in_dims, A, B, upper, left, unit):
         B = B.expand(A.shape[0], *B.shape)
     if in_dims[0] is None:
         A = A.expand(B.shape[0], *A.shape)
-    return torch.ops.mpslinalg.solve_triangular(*_broadcast(A, B), upper, left, unit), 0
+    # Line the vmap dims up: A gets B's rank (size-1 dims after the vmap dim) and vice versa.
+    A = A.reshape(A.shape[0], *[1] * (B.dim() - A.dim()), *A.shape[1:])
+    B = B.reshape(B.shape[0], *[1] * (A.dim() - B.dim()), *B.shape[1:])
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    A, B = A.expand(*batch, *A.shape[-2:]), B.expand(*batch, *B.shape[-2:])
+    return torch.ops.mpslinalg.solve_triangular(A, B, upper, left, unit), 0
 
 
 class _Solve(torch.autograd.Function):
@@ -382,6 +387,8 @@ def _tril_inverse(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
     a = _checks.resolved(A)
     n = a.shape[-1]
     inverse = torch.empty_like(a)
+    if a.numel() == 0:
+        return inverse
     flat = a.reshape(-1, n, n)
     count, size = flat.shape[0], _size_for(max(n, 1))
     if count and n:

@@ -178,6 +178,10 @@ def test_forward_mode_matches_torch(device, dtype):
 
     torch.testing.assert_close(torch.func.jvp(ours, (A, B), (dA, dB))[1], torch.func.jvp(theirs, (A, B), (dA, dB))[1])
     torch.testing.assert_close(torch.func.vmap(ours)(A, B), theirs(A, B))
+    # vmap over A alone, and over operands of different batch ranks
+    torch.testing.assert_close(torch.func.vmap(ours, in_dims=(0, None))(A, B), torch.func.vmap(theirs, in_dims=(0, None))(A, B))
+    B3 = torch.randn(3, 2, *B.shape[1:], dtype=dtype).to(device)
+    torch.testing.assert_close(torch.func.vmap(ours)(A, B3), torch.func.vmap(theirs)(A, B3))
 
 
 def test_fast_path_is_taken_for_gated_deltanet_shapes(device, monkeypatch):
@@ -217,6 +221,11 @@ def test_tril_inverse(device, n, dtype, unit):
     L = A.tril(-1) + torch.eye(n, dtype=dtype) if unit else A.tril()
     assert torch.equal(X.cpu().triu(1), torch.zeros_like(X.cpu()).triu(1))
     assert inv_ratio(L, X) < THRESHOLD
+
+
+def test_tril_inverse_of_empty(device):
+    for shape in [(3, 0, 0), (0, 0), (0, 5, 5)]:
+        assert LA.tril_inverse(torch.empty(shape, device=device)).shape == shape
 
 
 def test_tril_inverse_gradient(device):
