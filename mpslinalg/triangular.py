@@ -385,16 +385,10 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
 @torch.library.custom_op("mpslinalg::tril_inverse", mutates_args=())
 def _tril_inverse(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
     a = _checks.resolved(A)
-    n = a.shape[-1]
-    inverse = torch.empty_like(a)
     if a.numel() == 0:
-        return inverse
-    flat = a.reshape(-1, n, n)
-    count, size = flat.shape[0], _size_for(max(n, 1))
-    if count and n:
-        groups = -(-count // TRIL_TEAMS[size][1])
-        launch(TRIL_INVERSE_SMALL, groups, flat, inverse.view(-1, n, n), n, count, N=size, UNIT=int(unitriangular))
-    return inverse
+        return torch.empty_like(a)
+    n = a.shape[-1]
+    return _lower_inverse(a.reshape(-1, n, n), unitriangular).reshape(a.shape)
 
 
 @_tril_inverse.register_fake
