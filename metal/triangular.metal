@@ -60,91 +60,215 @@ METAL_FUNC void trsm_small(const device T* a, const device T* b, device T* x, in
   }
 }
 
-// strtri (Lower) of an N x N lower triangle held in threadgroup memory
-// (row stride N + 1), in place, by a team of TEAM >= N threads (t is the
-// thread's index in its team), by blocks of D: the diagonal blocks are
-// inverted by substitution (one thread a column, into `scratch`), then each
-// block row i below them is T_ij = -T_ii (sum_{j <= k < i} L_ik T_kj), two
-// small matrix products per block row, so that the team works in parallel and
-// only N / D block rows are sequential. `scratch` holds N x (D + 1) elements.
-// Every thread of the threadgroup must call this (it has barriers).
-template <typename T, int N, int D, bool UNIT, int TEAM>
-METAL_FUNC void tril_invert_in_place(threadgroup T* l, threadgroup T* scratch, int t) {
-  typedef typename scalar_traits<T>::real R;
-  const T zero = scalar_traits<T>::from_real(R(0));
-  const T one = scalar_traits<T>::from_real(R(1));
-  constexpr int S = N + 1;
-  constexpr int P = N / D;
-  // Diagonal blocks: thread t inverts column t % D of block t / D.
-  if (t < N) {
-    const int p = t / D;
-    const int c = t % D;
-    threadgroup T* block = l + p * D * S + p * D;
-    threadgroup T* column = scratch + p * D * (D + 1) + c;
-    for (int i = 0; i < D; ++i) {
-      T s = i == c ? one : zero;
-      for (int j = c; j < i; ++j) {
-        s = s - block[i * S + j] * column[j * (D + 1)];
-      }
-      if (i < c) {
-        s = zero;
-      } else if (!UNIT) {
-        s = s / block[i * S + i];
-      }
-      column[i * (D + 1)] = s;
-    }
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int e = t; e < N * D; e += TEAM) {
-    const int p = e / (D * D);
-    const int i = (e / D) % D;
-    const int j = e % D;
-    if (j <= i) {
-      l[(p * D + i) * S + p * D + j] = scratch[(p * D + i) * (D + 1) + j];
-    }
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  // Block rows below: W_ij = sum_{j <= k < i} L_ik T_kj into scratch, then T_ij = -T_ii W_ij.
-  for (int bi = 1; bi < P; ++bi) {
-    for (int e = t; e < bi * D * D; e += TEAM) {
-      const int bj = e / (D * D);
-      const int r = (e / D) % D;
-      const int c = e % D;
-      T s = zero;
-      for (int kk = bj * D; kk < bi * D; ++kk) {
-        s = s + l[(bi * D + r) * S + kk] * l[kk * S + bj * D + c];
-      }
-      scratch[(bj * D + r) * (D + 1) + c] = s;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int e = t; e < bi * D * D; e += TEAM) {
-      const int bj = e / (D * D);
-      const int r = (e / D) % D;
-      const int c = e % D;
-      T s = zero;
-      for (int kk = 0; kk <= r; ++kk) {
-        s = s + l[(bi * D + r) * S + bi * D + kk] * scratch[(bj * D + kk) * (D + 1) + c];
-      }
-      l[(bi * D + r) * S + bj * D + c] = -s;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-}
-
-// The lower triangle of an n x n matrix (n <= N, row i at a + i * row_stride,
-// strictly lower only if STRICT, which then takes a unit diagonal) padded to
-// N x N with the identity, into threadgroup memory; n = 0 gives the identity.
+// The lower triangle of an n x n matrix (n <= N) padded to N x N with the
+// identity, into threadgroup memory (row stride N + 1), zeros above the
+// diagonal. Row i of A is at a + i * row_stride; with `upper` the upper
+// triangle is read reversed (J A J), and with STRICT only the strictly lower
+// part is read and the diagonal is one. n = 0 gives the identity.
 template <typename T, int N, bool STRICT, int TEAM>
-METAL_FUNC void load_lower_padded(const device T* a, long row_stride, int n, threadgroup T* l, int t) {
+METAL_FUNC void load_lower_padded(const device T* a, long row_stride, int n, bool upper, threadgroup T* l, int t) {
   typedef typename scalar_traits<T>::real R;
   for (int e = t; e < N * N; e += TEAM) {
     const int i = e / N;
     const int j = e % N;
     T v = scalar_traits<T>::from_real(R(i == j ? 1 : 0));
     if (i < n && (STRICT ? j < i : j <= i)) {
-      v = a[i * row_stride + j];
+      v = upper ? a[(n - 1 - i) * row_stride + (n - 1 - j)] : a[i * row_stride + j];
     }
     l[i * (N + 1) + j] = v;
+  }
+}
+
+// A thread's R x C register tile of a ROWS x COLS output: rows r0 .. r0 + R - 1
+// and columns c0 .. c0 + C - 1. With ROWS_FIRST the threads of a SIMD group
+// share rows, which suits a triangular left operand (their sums have about
+// the same length); else they share columns, which suits a triangular right
+// operand. COLS <= 32, so that a SIMD group's loads of one row of the right
+// operand fall in distinct banks or are broadcasts. (Contiguous columns were
+// faster on the H200 than interleaved ones: their loads can be vectorised.)
+template <int R, int C>
+struct tile_layout {
+  int r0;
+  int c0;
+};
+
+template <int R, int C, int ROWS, int COLS, bool ROWS_FIRST>
+METAL_FUNC tile_layout<R, C> tile_of(int u) {
+  constexpr int TR = ROWS / R;
+  constexpr int TC = COLS / C;
+  return ROWS_FIRST ? tile_layout<R, C>{(u / TC) * R, (u % TC) * C} : tile_layout<R, C>{(u % TR) * R, (u / TR) * C};
+}
+
+// Rows of a register tile for OUT outputs per thread: 4 x 8, 4 x 4, 2 x 4, ...
+// The larger the tile, the fewer threadgroup loads per multiply-add.
+constexpr int tile_rows(int out) { return out >= 16 ? 4 : out >= 4 ? 2 : 1; }
+
+// acc[p][q] += sum_{k0 <= k < k1} a[p * a_stride + k] * b[k * b_stride + q]:
+// a thread's share of a product of two matrices in threadgroup memory.
+template <typename T, int R, int C>
+METAL_FUNC void tile_multiply_add(thread T (&acc)[R][C], const threadgroup T* a, int a_stride,
+                                  const threadgroup T* b, int b_stride, int k0, int k1) {
+  for (int k = k0; k < k1; ++k) {
+    T x[R];
+    T y[C];
+    #pragma unroll
+    for (int p = 0; p < R; ++p) {
+      x[p] = a[p * a_stride + k];
+    }
+    #pragma unroll
+    for (int q = 0; q < C; ++q) {
+      y[q] = b[k * b_stride + q];
+    }
+    #pragma unroll
+    for (int p = 0; p < R; ++p) {
+      #pragma unroll
+      for (int q = 0; q < C; ++q) {
+        acc[p][q] = acc[p][q] + x[p] * y[q];
+      }
+    }
+  }
+}
+
+template <typename T, int R, int C>
+METAL_FUNC void tile_clear(thread T (&acc)[R][C]) {
+  typedef typename scalar_traits<T>::real Real;
+  #pragma unroll
+  for (int p = 0; p < R; ++p) {
+    #pragma unroll
+    for (int q = 0; q < C; ++q) {
+      acc[p][q] = scalar_traits<T>::from_real(Real(0));
+    }
+  }
+}
+
+// strti2 on the 16 x 16 diagonal blocks of an N x N lower triangle held in
+// threadgroup memory (row stride N + 1), in place: thread t < N computes
+// column t % 16 of block t / 16 in registers by forward substitution,
+// dividing by the diagonal (inf/NaN for a zero one, as strsm gives).
+// Entries of a column above its diagonal are exact zeros. Every thread of the
+// threadgroup must call this (it has barriers).
+template <typename T, int N, int TEAM>
+METAL_FUNC void invert_diagonal_blocks(threadgroup T* l, bool unit, int t) {
+  typedef typename scalar_traits<T>::real R;
+  constexpr int S = N + 1;
+  constexpr int D = 16;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  const int c = t % D;
+  threadgroup T* block = l + (t / D) * D * (S + 1);
+  T x[D];
+  if (t < N) {
+    #pragma unroll
+    for (int i = 0; i < D; ++i) {
+      x[i] = scalar_traits<T>::from_real(R(i == c ? 1 : 0));
+    }
+    #pragma unroll
+    for (int j = 0; j < D; ++j) {
+      if (j < c) {
+        x[j] = zero;
+      } else if (!unit) {
+        x[j] = x[j] / block[j * S + j];
+      }
+      #pragma unroll
+      for (int i = j + 1; i < D; ++i) {
+        x[i] = x[i] - block[i * S + j] * x[j];
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (t < N) {
+    #pragma unroll
+    for (int i = 0; i < D; ++i) {
+      block[i * S + c] = x[i];
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// One doubling step of strtri: each pair of inverted H x H diagonal blocks
+// T11, T22 of the N x N triangle in `l` gets T21 = -T22 (L21 T11) in place of
+// L21, two products by register tiles; the pairs are done side by side.
+// Called for H < N only (the clamps keep the other instantiations well-formed).
+template <typename T, int N, int H, int TEAM>
+METAL_FUNC void tril_double(threadgroup T* l, int t) {
+  constexpr int S = N + 1;
+  constexpr int PAIRS = 2 * H <= N ? N / (2 * H) : 1;
+  constexpr int PAIR_TEAM = TEAM / PAIRS;
+  constexpr int OUT = H * H >= PAIR_TEAM ? H * H / PAIR_TEAM : 1;
+  constexpr int R = tile_rows(OUT);
+  constexpr int C = OUT / R;
+  const bool works = t < PAIRS * PAIR_TEAM;
+  threadgroup T* t11 = l + (t / PAIR_TEAM % PAIRS) * 2 * H * (S + 1);
+  threadgroup T* l21 = t11 + H * S;
+  threadgroup T* t22 = l21 + H;
+  T acc[R][C];
+  // W = L21 T11; T11 is lower, so column c needs rows k >= c only.
+  tile_layout<R, C> at = tile_of<R, C, H, H, false>(t % PAIR_TEAM);
+  tile_clear(acc);
+  if (works) {
+    tile_multiply_add<T, R, C>(acc, l21 + at.r0 * S, S, t11 + at.c0, S, at.c0, H);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  #pragma unroll
+  for (int p = 0; p < R; ++p) {
+    #pragma unroll
+    for (int q = 0; q < C; ++q) {
+      if (works) {
+        l21[(at.r0 + p) * S + at.c0 + q] = acc[p][q];
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  // T21 = -T22 W. T22 is lower: the part k < r0 is a full product, the R x R
+  // triangle after it is summed exactly, so that an inf in W (a zero on the
+  // diagonal) never meets a zero of T22 and turns rows above it into NaN.
+  at = tile_of<R, C, H, H, true>(t % PAIR_TEAM);
+  tile_clear(acc);
+  if (works) {
+    tile_multiply_add<T, R, C>(acc, t22 + at.r0 * S, S, l21 + at.c0, S, 0, at.r0);
+    #pragma unroll
+    for (int kk = 0; kk < R; ++kk) {
+      T y[C];
+      #pragma unroll
+      for (int q = 0; q < C; ++q) {
+        y[q] = l21[(at.r0 + kk) * S + at.c0 + q];
+      }
+      #pragma unroll
+      for (int p = kk; p < R; ++p) {
+        #pragma unroll
+        for (int q = 0; q < C; ++q) {
+          acc[p][q] = acc[p][q] + t22[(at.r0 + p) * S + at.r0 + kk] * y[q];
+        }
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  #pragma unroll
+  for (int p = 0; p < R; ++p) {
+    #pragma unroll
+    for (int q = 0; q < C; ++q) {
+      if (works) {
+        l21[(at.r0 + p) * S + at.c0 + q] = -acc[p][q];
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// strtri (Lower) of an N x N lower triangle (N in 16, 32, 64) in threadgroup
+// memory, row stride N + 1, zeros above the diagonal, in place, by a team of
+// TEAM >= N threads (t is the thread's index in its team): the 16 x 16
+// diagonal blocks by substitution in registers, then doubling steps
+// 16 -> 32 -> 64 whose work is small matrix products. Every thread of the
+// threadgroup must call this (it has barriers).
+template <typename T, int N, int TEAM>
+METAL_FUNC void tril_invert_in_place(threadgroup T* l, bool unit, int t) {
+  static_assert(N % 16 == 0 && N <= 64 && TEAM >= N, "tril_invert_in_place: N in {16, 32, 64}, TEAM >= N");
+  invert_diagonal_blocks<T, N, TEAM>(l, unit, t);
+  if (N > 16) {
+    tril_double<T, N, 16, TEAM>(l, t);
+  }
+  if (N > 32) {
+    tril_double<T, N, 32, TEAM>(l, t);
   }
 }
 
@@ -163,63 +287,82 @@ METAL_FUNC team_position team_of(thread_position pos) {
   return {int(pos.group_index) * TEAMS + slice, int(pos.thread_index) % TEAM, slice};
 }
 
-// The Gated DeltaNet fast path: strsm (Left, Lower) for n <= N in {16, 32, 64}
-// and many right-hand sides, as X = inv(L) B. Each team forms inv(L) of its
-// system by blocks (strtri) in threadgroup memory and applies it, as a small
-// matrix product KC columns at a time, to one block of COLUMNS right-hand
-// sides: team = system * blocks + block, so that a few systems with many
-// right-hand sides still fill the device.
-template <typename T, int N, bool UNIT, int D, int KC, int COLUMNS, int TEAM, int TEAMS>
+// The Gated DeltaNet fast path: strsm (Left, Lower or Upper) for n <= N in
+// {16, 32, 64} and many right-hand sides, as X = inv(L) B. Each team forms
+// inv(L) of its system in threadgroup memory (strtri, above) and applies it to
+// a block of COLUMNS right-hand sides, KC at a time, as a product by register
+// tiles straight into X: team = system * blocks + block, so that a few systems
+// with many right-hand sides still fill the device. An upper A is solved
+// reversed (J A J is lower), with its right-hand sides' rows reversed.
+template <typename T, int N, int KC, int COLUMNS, int TEAM, int TEAMS>
 METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* x, int n, int k, long a_stride,
-                                int teams, threadgroup T* l, threadgroup T* scratch, threadgroup T* panel,
+                                int upper, int unit, int teams, threadgroup T* l, threadgroup T* panel,
                                 thread_position pos) {
-  typedef typename scalar_traits<T>::real R;
-  const T zero = scalar_traits<T>::from_real(R(0));
+  typedef typename scalar_traits<T>::real Real;
+  constexpr int S = N + 1;
+  constexpr int OUT = N * KC / TEAM;
+  constexpr int R = tile_rows(OUT);
+  constexpr int C = OUT / R;
+  static_assert(OUT * TEAM == N * KC && R * C == OUT, "trsm_by_inverse: the tiles must cover N x KC");
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < teams;
   const int blocks = (k + COLUMNS - 1) / COLUMNS;
   const long system = active ? me.team / blocks : 0;
-  const int last = active ? min(k, (me.team % blocks + 1) * COLUMNS) : 0;
-  l += me.slice * N * (N + 1);
-  scratch += me.slice * N * (D + 1);
-  panel += me.slice * N * (KC + 1);
+  const int begin = (me.team % blocks) * COLUMNS;
+  const int end = active ? min(k, begin + COLUMNS) : 0;
+  l += me.slice * N * S;
+  panel += me.slice * N * KC;
   const device T* B = b + system * n * k;
   device T* X = x + system * n * k;
-  load_lower_padded<T, N, false, TEAM>(a + system * a_stride, n, active ? n : 0, l, me.t);
+  load_lower_padded<T, N, false, TEAM>(a + system * a_stride, n, active ? n : 0, upper != 0, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, D, UNIT, TEAM>(l, scratch, me.t);
-  for (int first = (me.team % blocks) * COLUMNS; first < (me.team % blocks + 1) * COLUMNS; first += KC) {
-    const int width = max(0, min(KC, last - first));
-    for (int e = me.t; e < n * width; e += TEAM) {
-      panel[(e / width) * (KC + 1) + e % width] = B[(e / width) * k + first + e % width];
+  tril_invert_in_place<T, N, TEAM>(l, unit != 0, me.t);
+  const tile_layout<R, C> at = tile_of<R, C, N, KC, true>(me.t);
+  for (int first = begin; first < begin + COLUMNS; first += KC) {
+    const int width = max(0, min(KC, end - first));
+    // Rows n .. N - 1 of the panel must be finite: inv(L)'s zeros meet them.
+    for (int e = me.t; e < N * KC; e += TEAM) {
+      const int i = e / KC;
+      const int c = e % KC;
+      T v = scalar_traits<T>::from_real(Real(0));
+      if (i < n && c < width) {
+        v = B[(upper ? n - 1 - i : i) * k + first + c];
+      }
+      panel[e] = v;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int e = me.t; e < n * width; e += TEAM) {
-      const int i = e / width;
-      const int c = e % width;
-      T s = zero;
-      for (int j = 0; j <= i; ++j) {
-        s = s + l[i * (N + 1) + j] * panel[j * (KC + 1) + c];
+    // X is stored from the tiles directly: staging it through the panel for whole-row
+    // stores was slower on the H200.
+    T acc[R][C];
+    tile_clear(acc);
+    tile_multiply_add<T, R, C>(acc, l + at.r0 * S, S, panel + at.c0, KC, 0, min(n, at.r0 + R));
+    #pragma unroll
+    for (int p = 0; p < R; ++p) {
+      const int i = at.r0 + p;
+      #pragma unroll
+      for (int q = 0; q < C; ++q) {
+        const int c = at.c0 + q;
+        if (i < n && c < width) {
+          X[(upper ? n - 1 - i : i) * k + first + c] = acc[p][q];
+        }
       }
-      X[i * k + first + c] = s;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 }
 
 // strtri (Lower): inverse[m] = inv(tril(a[m])) for n <= N, one team per matrix.
-template <typename T, int N, bool UNIT, int D, int TEAM, int TEAMS>
-METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, int count, threadgroup T* l,
-                                   threadgroup T* scratch, thread_position pos) {
+template <typename T, int N, int TEAM, int TEAMS>
+METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, int count, int unit,
+                                   threadgroup T* l, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < count;
   const long offset = long(active ? me.team : 0) * n * n;
   l += me.slice * N * (N + 1);
-  scratch += me.slice * N * (D + 1);
-  load_lower_padded<T, N, false, TEAM>(a + offset, n, active ? n : 0, l, me.t);
+  load_lower_padded<T, N, false, TEAM>(a + offset, n, active ? n : 0, false, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, D, UNIT, TEAM>(l, scratch, me.t);
+  tril_invert_in_place<T, N, TEAM>(l, unit != 0, me.t);
   for (int e = me.t; active && e < n * n; e += TEAM) {
     const int i = e / n;
     const int j = e % n;
@@ -236,9 +379,9 @@ METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, 
 // holds (first row, rows) per chunk, so that chunks of variable-length
 // sequences (cu_seqlens) may be shorter than N; team m is head m % heads of
 // chunk m / heads. Row r of a chunk is at ((first + r) * heads + h) * N.
-template <typename T, int N, int D, int TEAM, int TEAMS>
+template <typename T, int N, int TEAM, int TEAMS>
 METAL_FUNC void solve_tril_chunks(const device T* a, device T* inverse, const device int* chunks, int heads,
-                                  int count, threadgroup T* l, threadgroup T* scratch, thread_position pos) {
+                                  int count, threadgroup T* l, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < count;
@@ -247,10 +390,9 @@ METAL_FUNC void solve_tril_chunks(const device T* a, device T* inverse, const de
   const long first = chunks[2 * chunk];
   const int rows = active ? chunks[2 * chunk + 1] : 0;
   l += me.slice * N * (N + 1);
-  scratch += me.slice * N * (D + 1);
-  load_lower_padded<T, N, true, TEAM>(a + (first * heads + h) * N, long(heads) * N, rows, l, me.t);
+  load_lower_padded<T, N, true, TEAM>(a + (first * heads + h) * N, long(heads) * N, rows, false, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, D, true, TEAM>(l, scratch, me.t);
+  tril_invert_in_place<T, N, TEAM>(l, true, me.t);
   for (int e = me.t; e < rows * N; e += TEAM) {
     const int i = e / N;
     const int j = e % N;

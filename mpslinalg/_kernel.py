@@ -44,6 +44,12 @@ FLOATING = tuple(SCALAR_TYPES)
 
 KERNELS: list[Kernel] = []  # every declared kernel, in declaration order
 
+# Threadgroup memory an instance may declare: Metal's 32 KiB for the types Metal has,
+# CUDA's 48 KiB of static shared memory for the 8-byte types that only CUDA and
+# OpenCL instantiate.
+METAL_DTYPES = (torch.float32, torch.complex64)
+SHARED_LIMIT = {True: 32 * 1024, False: 48 * 1024}
+
 
 @dataclass(frozen=True)
 class Buffer:
@@ -77,8 +83,8 @@ class Kernel:
     ``template`` maps the values of an instantiation (a dict of ints, e.g. ``{"N": 4}``)
     to the body's template arguments after T (bools become ``true``/``false``);
     ``shared`` maps them to its threadgroup arrays. Every instantiation exists for
-    every dtype in ``dtypes`` for which ``where(dtype, **values)`` holds (threadgroup
-    memory is what usually rules one out).
+    every dtype in ``dtypes`` for which ``where(dtype, **values)`` holds and whose
+    threadgroup arrays fit ``SHARED_LIMIT``.
     """
 
     function: str
@@ -101,10 +107,16 @@ class Kernel:
         return Instance(self, SCALAR_TYPES[dtype], ordered)
 
     def exists(self, dtype: torch.dtype, **values: int) -> bool:
-        return dtype in self.dtypes and values in self.instances and self.where(dtype, **values)
+        if dtype not in self.dtypes or values not in self.instances or not self.where(dtype, **values):
+            return False
+        return self.shared_bytes(dtype, **values) <= SHARED_LIMIT[dtype in METAL_DTYPES]
+
+    def shared_bytes(self, dtype: torch.dtype, **values: int) -> int:
+        item = torch.empty(0, dtype=dtype).element_size()
+        return sum(s.size * (item if s.element == "T" else 4) for s in self.shared(**values))
 
     def all_instances(self) -> list[Instance]:
-        return [self.instance(d, **v) for d in self.dtypes for v in self.instances if self.where(d, **v)]
+        return [self.instance(d, **v) for d in self.dtypes for v in self.instances if self.exists(d, **v)]
 
 
 @dataclass(frozen=True)

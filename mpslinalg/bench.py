@@ -98,6 +98,19 @@ def time_graph_replay(call: Callable, loop: int = 20, repeats: int = 7) -> float
     return time_per_call(torch.device("cuda"), graph.replay, loop=1, repeats=repeats) / loop
 
 
+def measure(family: str, case: str, rows: list[tuple[str, Callable, int]], device: torch.device, **timing) -> list[Result]:
+    """A row per (name, call, bytes), and on CUDA a "(graph)" row beside each call that a
+    CUDA graph can capture, so that every implementation is also timed without its host overhead."""
+    results = []
+    for name, call, nbytes in rows:
+        results.append(Result(family, case, name, time_per_call(device, call, **timing), nbytes))
+        if device.type == "cuda":
+            replay = time_graph_replay(call, **timing)
+            if replay is not None:
+                results.append(Result(family, case, name + " (graph)", replay, nbytes))
+    return results
+
+
 def peers(device: torch.device) -> dict[str, Callable]:
     """Other libraries' batched inverse a user might pick, where importable."""
     found = {}
@@ -130,12 +143,7 @@ def bench_inv(device: torch.device, batch: int) -> list[Result]:
             ("torch.linalg.det", lambda: torch.linalg.det(A), matrix_bytes + batch * item),
         ]
         rows += [(name, (lambda f=f: f(A)), 2 * matrix_bytes) for name, f in peers(device).items()]
-        for name, call, nbytes in rows:
-            results.append(Result("inv", case, name, time_per_call(device, call), nbytes))
-            if device.type == "cuda" and name.startswith("mpslinalg"):
-                replay = time_graph_replay(call)
-                if replay is not None:
-                    results.append(Result("inv", case, name + " (graph)", replay, nbytes))
+        results += measure("inv", case, rows, device)
     return results
 
 
@@ -173,11 +181,11 @@ def bench_triangular(device: torch.device, batch: int) -> list[Result]:
             B = torch.randn(systems, n, k, device=device, generator=generator)
             case = f"{systems} x lower {n}x{n}, {k} rhs"
             nbytes = 4 * systems * (n * n + 2 * n * k)
-            for name, call in [
-                ("mpslinalg.solve_triangular", lambda: LA.solve_triangular(A, B, upper=False)),
-                ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(A, B, upper=False)),
-            ]:
-                results.append(Result("triangular", case, name, time_per_call(device, call), nbytes))
+            rows = [
+                ("mpslinalg.solve_triangular", lambda: LA.solve_triangular(A, B, upper=False), nbytes),
+                ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(A, B, upper=False), nbytes),
+            ]
+            results += measure("triangular", case, rows, device)
     fla = _fla_solve_tril() if device.type == "cuda" else None
     B_, T, H = (8, 8192, 16) if device.type != "cpu" else (1, 512, 2)
     for chunk in (16, 32, 64):
@@ -193,21 +201,19 @@ def bench_triangular(device: torch.device, batch: int) -> list[Result]:
         if fla is not None:
             rows.append(("fla solve_tril", lambda: fla(A)))
         for name, call in rows:
-            result = Result("triangular", case, name, time_per_call(device, call), nbytes)
             if name != "torch.linalg.solve_triangular":
-                error = (call().double() - reference).abs().max().item()
-                result.implementation += f" (max error {error:.1e})"
-            results.append(result)
+                name += f" (max error {(call().double() - reference).abs().max().item():.1e})"
+            results += measure("triangular", case, [(name, call, nbytes)], device)
     if device.type != "cpu":
         n = 4096
         generator = torch.Generator(device).manual_seed(1)
         A = (torch.randn(n, n, device=device, generator=generator) / n**0.5 + 2 * torch.eye(n, device=device)).tril()
         B = torch.randn(n, n, device=device, generator=generator)
-        for name, call in [
-            ("mpslinalg.solve_triangular", lambda: LA.solve_triangular(A, B, upper=False)),
-            ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(A, B, upper=False)),
-        ]:
-            results.append(Result("triangular", "4096x4096 lower, 4096 rhs", name, time_per_call(device, call, loop=3, repeats=3), 3 * n * n * 4))
+        rows = [
+            ("mpslinalg.solve_triangular", lambda: LA.solve_triangular(A, B, upper=False), 3 * n * n * 4),
+            ("torch.linalg.solve_triangular", lambda: torch.linalg.solve_triangular(A, B, upper=False), 3 * n * n * 4),
+        ]
+        results += measure("triangular", "4096x4096 lower, 4096 rhs", rows, device, loop=3, repeats=3)
     return results
 
 
@@ -226,10 +232,17 @@ def device_limits(device: torch.device) -> tuple[str, float | None, float | None
     return name, peak, 2 * src.numel() / copy
 
 
+def _baseline(results: list[Result], r: Result) -> Result | None:
+    """The torch.linalg row ``r`` is compared with: timed the same way (graph or not) where it can be."""
+    graph = r.implementation.endswith(" (graph)")
+    rows = [b for b in results if b.case == r.case and b.implementation.removesuffix(" (graph)") in BASELINES]
+    return next((b for b in rows if b.implementation.endswith(" (graph)") == graph), rows[0] if rows else None)
+
+
 def markdown(results: list[Result], header: str, peak: float | None) -> str:
     lines = [header, "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg |", "|---|---|---|---|---|---|"]
     for r in results:
-        base = next((b for b in results if b.case == r.case and b.implementation in BASELINES), None)
+        base = _baseline(results, r)
         speedup = f"{base.seconds / r.seconds:.1f}x" if base else ""
         fraction = f"{100 * r.bandwidth / peak:.0f}%" if peak else ""
         lines.append(f"| {r.case} | {r.implementation} | {r.seconds * 1e3:.4f} | {r.bandwidth / 1e9:.3g} | {fraction} | {speedup} |")

@@ -21,19 +21,19 @@ from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import launch
 
 SMALL_GROUP = 32  # right-hand sides per threadgroup in trsm_small (one SIMD group)
-BLOCK = 16  # diagonal block of the in-place triangular inverse
-COLUMNS = 64  # right-hand sides per team in trsm_by_inverse
 SIZES = (16, 32, 64)
-# Teams for the inverse-based kernels, by N: (threads per team, teams per threadgroup[, panel
-# width]). Small matrices go several to a threadgroup; the sizes keep the threadgroup memory
-# under 32 KiB (Metal) for float32 and under 48 KiB (CUDA) for float64.
-TRSM_TEAMS = {16: (32, 4, 16), 32: (64, 2, 32), 64: (256, 1, 32)}
-TRIL_TEAMS = {16: (32, 8), 32: (64, 2), 64: (256, 1)}
-
-
-def _capacity(dtype: torch.dtype) -> int:
-    """The largest n trsm_small takes: its threadgroup arrays must fit 32 KiB (Metal) / 48 KiB (CUDA)."""
-    return 64 if dtype == torch.float32 else 32
+# The inverse-based kernels run a team of N threads per matrix (N for the diagonal
+# blocks; the products' register tiles then hold 8 to 32 outputs, few loads per
+# multiply-add), several teams to a threadgroup for small N. Measured on the H200:
+# teams of 2N or 4N threads were 20-60 % slower. trsm_by_inverse's panel halves its
+# teams at N = 32, to stay in 32 KiB.
+TEAMS = {16: 8, 32: 4, 64: 1}
+TRSM_TEAMS = {16: 8, 32: 2, 64: 1}
+# Right-hand sides per panel of trsm_by_inverse (KC), by N: the fewest that cover k,
+# so that k = 8 or 16 does not pay for a wider product. A team takes PANELS_PER_TEAM
+# panels of the widest kind (one system's inverse serves them all), or one narrower.
+PANEL_WIDTHS = {16: (8, 16), 32: (8, 16, 32), 64: (8, 16, 32)}
+PANELS_PER_TEAM = {16: 4, 32: 2, 64: 2}
 
 
 TRSM_SMALL = Kernel(
@@ -44,17 +44,15 @@ TRSM_SMALL = Kernel(
     group_size=SMALL_GROUP,
     template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), SMALL_GROUP),
     shared=lambda N, UPPER, UNIT: [Shared("lower", "T", N * (N + 1)), Shared("columns", "T", N * (SMALL_GROUP + 1))],
-    where=lambda dtype, N, **_: N <= _capacity(dtype),
 )
 
 
-def _trsm_shared(N, UNIT):
-    team, teams, panel = TRSM_TEAMS[N]
-    return [
-        Shared("l", "T", teams * N * (N + 1)),
-        Shared("scratch", "T", teams * N * (BLOCK + 1)),
-        Shared("panel", "T", teams * N * (panel + 1)),
-    ]
+def _columns_per_team(N: int, KC: int) -> int:
+    return KC * PANELS_PER_TEAM[N] if KC == PANEL_WIDTHS[N][-1] else KC
+
+
+def _panel_width(n: int, k: int) -> int:
+    return next((w for w in PANEL_WIDTHS[n] if k <= w), PANEL_WIDTHS[n][-1])
 
 
 TRSM_BY_INVERSE = Kernel(
@@ -62,30 +60,26 @@ TRSM_BY_INVERSE = Kernel(
     source="triangular.metal",
     args=(
         Buffer("a", const=True), Buffer("b", const=True), Buffer("x"),
-        Scalar("n"), Scalar("k"), Scalar("a_stride"), Scalar("teams"),
+        Scalar("n"), Scalar("k"), Scalar("a_stride"), Scalar("upper"), Scalar("unit"), Scalar("teams"),
     ),
-    instances=tuple({"N": n, "UNIT": d} for n in SIZES for d in (0, 1)),
-    group_size=lambda N, UNIT: TRSM_TEAMS[N][0] * TRSM_TEAMS[N][1],
-    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, TRSM_TEAMS[N][2], COLUMNS, *TRSM_TEAMS[N][:2]),
-    shared=_trsm_shared,
+    instances=tuple({"N": n, "KC": kc} for n in SIZES for kc in PANEL_WIDTHS[n]),
+    group_size=lambda N, KC: N * TRSM_TEAMS[N],
+    template=lambda N, KC: (N, KC, _columns_per_team(N, KC), N, TRSM_TEAMS[N]),
+    shared=lambda N, KC: [
+        Shared("l", "T", TRSM_TEAMS[N] * N * (N + 1)),
+        Shared("panel", "T", TRSM_TEAMS[N] * N * KC),
+    ],
     dtypes=(torch.float32, torch.float64),
-    where=lambda dtype, N, **_: N <= _capacity(dtype),
 )
-
-
-def _tril_shared(N, **_):
-    team, teams = TRIL_TEAMS[N]
-    return [Shared("l", "T", teams * N * (N + 1)), Shared("scratch", "T", teams * N * (BLOCK + 1))]
-
 
 TRIL_INVERSE_SMALL = Kernel(
     function="tril_inverse_small",
     source="triangular.metal",
-    args=(Buffer("a", const=True), Buffer("inverse"), Scalar("n"), Scalar("count")),
-    instances=tuple({"N": n, "UNIT": d} for n in SIZES for d in (0, 1)),
-    group_size=lambda N, UNIT: TRIL_TEAMS[N][0] * TRIL_TEAMS[N][1],
-    template=lambda N, UNIT: (N, bool(UNIT), BLOCK, *TRIL_TEAMS[N]),
-    shared=_tril_shared,
+    args=(Buffer("a", const=True), Buffer("inverse"), Scalar("n"), Scalar("count"), Scalar("unit")),
+    instances=tuple({"N": n} for n in SIZES),
+    group_size=lambda N: N * TEAMS[N],
+    template=lambda N: (N, N, TEAMS[N]),
+    shared=lambda N: [Shared("l", "T", TEAMS[N] * N * (N + 1))],
     dtypes=(torch.float32, torch.float64),
 )
 
@@ -94,9 +88,9 @@ SOLVE_TRIL_CHUNKS = Kernel(
     source="triangular.metal",
     args=(Buffer("a", const=True), Buffer("inverse"), Buffer("chunks", "int", const=True), Scalar("heads"), Scalar("count")),
     instances=tuple({"N": n} for n in SIZES),
-    group_size=lambda N: TRIL_TEAMS[N][0] * TRIL_TEAMS[N][1],
-    template=lambda N: (N, BLOCK, *TRIL_TEAMS[N]),
-    shared=_tril_shared,
+    group_size=lambda N: N * TEAMS[N],
+    template=lambda N: (N, N, TEAMS[N]),
+    shared=lambda N: [Shared("l", "T", TEAMS[N] * N * (N + 1))],
     dtypes=(torch.float32, torch.float64),
 )
 
@@ -115,10 +109,11 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
     if batch == 0 or n == 0 or k == 0:
         return X
     a_stride = 0 if A.shape[0] == 1 else n * n
-    if A.dtype in TRSM_BY_INVERSE.dtypes and not upper and n in SIZES and k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, UNIT=int(unit)):
-        teams = batch * -(-k // COLUMNS)
-        launch(TRSM_BY_INVERSE, -(-teams // TRSM_TEAMS[n][1]), A, B, X, n, k, a_stride, teams, N=n, UNIT=int(unit))
-    elif n <= _capacity(A.dtype):
+    width = _panel_width(n, k) if n in SIZES else 0
+    if k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, KC=width):
+        teams = batch * -(-k // _columns_per_team(n, width))
+        launch(TRSM_BY_INVERSE, -(-teams // TRSM_TEAMS[n]), A, B, X, n, k, a_stride, int(upper), int(unit), teams, N=n, KC=width)
+    elif n <= SIZES[-1] and TRSM_SMALL.exists(A.dtype, N=_size_for(n), UPPER=int(upper), UNIT=int(unit)):
         blocks = -(-k // SMALL_GROUP)
         launch(TRSM_SMALL, batch * blocks, A, B, X, n, k, a_stride, N=_size_for(n), UPPER=int(upper), UNIT=int(unit))
     else:
@@ -136,12 +131,12 @@ def _lower_inverse(L: torch.Tensor, unit: bool) -> torch.Tensor:
     halves of equal size in one batched call, so each level is a few launches.
     """
     batch, m, _ = L.shape
-    if m <= SIZES[-1] and TRIL_INVERSE_SMALL.exists(L.dtype, N=_size_for(max(m, 1)), UNIT=int(unit)):
+    if m <= SIZES[-1] and TRIL_INVERSE_SMALL.exists(L.dtype, N=_size_for(max(m, 1))):
         inverse = torch.empty_like(L)
         size = _size_for(max(m, 1))
-        launch(TRIL_INVERSE_SMALL, -(-batch // TRIL_TEAMS[size][1]), L, inverse, m, batch, N=size, UNIT=int(unit))
+        launch(TRIL_INVERSE_SMALL, -(-batch // TEAMS[size]), L, inverse, m, batch, int(unit), N=size)
         return inverse
-    if m <= _capacity(L.dtype):  # complex: substitution on the identity
+    if m <= SIZES[-1] and TRSM_SMALL.exists(L.dtype, N=_size_for(m), UPPER=0, UNIT=int(unit)):  # complex
         eye = torch.eye(m, dtype=L.dtype, device=L.device).expand(batch, m, m).contiguous()
         return _solve_left(L, eye, upper=False, unit=unit)
     half = (m // 2 + SIZES[-1] - 1) // SIZES[-1] * SIZES[-1] if m > 2 * SIZES[-1] else m // 2
@@ -291,6 +286,8 @@ def _solve_op(A, B, upper, left, unit):
 
 def _broadcast(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A and B on their common batch shape; an A with one batch element stays unexpanded."""
+    if A.shape[:-2] == B.shape[:-2]:  # the common case, without broadcast_shapes' host cost
+        return A, B
     batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     B = B.expand(*batch, *B.shape[-2:])
     if A.shape[:-2] != batch and A.shape[:-2].numel() != 1:
@@ -375,7 +372,7 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
         runtime is None
         or _dispatch.needs_forward_mode(A)
         or A.shape[-1] > SIZES[-1]
-        or not TRIL_INVERSE_SMALL.exists(A.dtype, N=_size_for(max(A.shape[-1], 1)), UNIT=0)
+        or not TRIL_INVERSE_SMALL.exists(A.dtype, N=_size_for(max(A.shape[-1], 1)))
         or A.dtype not in runtime.dtypes
     ):
         return solve_triangular(A, eye.expand_as(A), upper=False, unitriangular=unitriangular)
@@ -473,7 +470,7 @@ def _solve_tril_op(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
     inverse = torch.empty_like(a)  # the chunks cover every row
     count, heads, size = chunks.shape[0] * a.shape[2], a.shape[2], a.shape[-1]
     if count:
-        launch(SOLVE_TRIL_CHUNKS, -(-count // TRIL_TEAMS[size][1]), a, inverse, chunks, heads, count, N=size)
+        launch(SOLVE_TRIL_CHUNKS, -(-count // TEAMS[size]), a, inverse, chunks, heads, count, N=size)
     return inverse
 
 

@@ -109,6 +109,27 @@ def test_zero_diagonal_gives_inf_or_nan_as_torch(device):
     assert torch.equal(torch.isfinite(X), torch.isfinite(ref)) and not torch.isfinite(X).all()
 
 
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("n,zero", [(16, 0), (32, 20), (64, 5), (64, 40)])
+def test_fast_path_zero_diagonal_gives_inf_or_nan_where_torch_does(device, n, zero, upper):
+    # The inverse-based kernel must leave the rows that substitution leaves finite
+    # finite: an inf from the zero pivot may not meet a zero of inv(L) and become NaN.
+    A = torch.eye(n) + torch.randn(n, n, generator=torch.Generator().manual_seed(n)).tril(-1) / n
+    A = A.mT if upper else A
+    A[zero, zero] = 0
+    B = torch.randn(2, n, 24, generator=torch.Generator().manual_seed(1))
+    X = LA.solve_triangular(A.to(device), B.to(device), upper=upper).cpu()
+    ref = torch.linalg.solve_triangular(A, B, upper=upper)
+    assert torch.equal(torch.isfinite(X), torch.isfinite(ref)) and not torch.isfinite(X).all()
+
+
+@pytest.mark.parametrize("n,k", [(16, 200), (32, 130), (64, 70), (64, 17)])
+def test_fast_path_with_several_teams_per_system(device, n, k):
+    A, B = system((3,), (3,), n, k, torch.float32, False, True, False)
+    X = LA.solve_triangular(A.to(device), B.to(device), upper=False)
+    assert solve_ratio(A, X, B, False, True, False) < THRESHOLD
+
+
 BAD = {
     "A vector": (torch.ones(3), torch.ones(3, 1)),
     "B vector": (torch.ones(3, 3), torch.ones(3)),
@@ -188,12 +209,14 @@ def test_fast_path_is_taken_for_gated_deltanet_shapes(device, monkeypatch):
     launched = []
     real = family.launch
     monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
-    for n, k, expected in [(64, 64, "trsm_by_inverse"), (32, 8, "trsm_by_inverse"), (16, 7, "trsm_small"), (20, 8, "trsm_small")]:
-        A, B = system((5,), (5,), n, k, torch.float32, False, True, True)
+    for n, k, upper, expected in [
+        (64, 64, False, "trsm_by_inverse"), (32, 8, True, "trsm_by_inverse"), (16, 7, False, "trsm_small"), (20, 8, False, "trsm_small")
+    ]:
+        A, B = system((5,), (5,), n, k, torch.float32, upper, True, True)
         launched.clear()
-        X = LA.solve_triangular(A.to(device), B.to(device), upper=False, unitriangular=True)
+        X = LA.solve_triangular(A.to(device), B.to(device), upper=upper, unitriangular=True)
         assert launched == [expected]
-        assert solve_ratio(A, X, B, False, True, True) < THRESHOLD
+        assert solve_ratio(A, X, B, upper, True, True) < THRESHOLD
 
 
 def test_compiles_without_graph_breaks(device):
