@@ -375,20 +375,30 @@ METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, 
 }
 
 // flash-linear-attention's solve_tril: (I + A)^-1 for each chunk of N rows of
-// A in its [B, T, H, N] layout, A strictly lower within a chunk. `chunks`
-// holds (first row, rows) per chunk, so that chunks of variable-length
-// sequences (cu_seqlens) may be shorter than N; team m is head m % heads of
-// chunk m / heads. Row r of a chunk is at ((first + r) * heads + h) * N.
+// A in its [B, T, H, N] layout, A strictly lower within a chunk. Chunks cut
+// each of B sequences of `sequence` rows from its start (the last may be
+// shorter); if `sequence` is 0, `chunks` holds (first row, rows) per chunk
+// instead, for variable-length sequences (cu_seqlens). Team m is head
+// m % heads of chunk m / heads. Row r of a chunk is at ((first + r) * heads + h) * N.
 template <typename T, int N, int TEAM, int TEAMS>
 METAL_FUNC void solve_tril_chunks(const device T* a, device T* inverse, const device int* chunks, int heads,
-                                  int count, threadgroup T* l, thread_position pos) {
+                                  int count, int sequence, threadgroup T* l, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < count;
   const int chunk = active ? me.team / heads : 0;
   const int h = me.team % heads;
-  const long first = chunks[2 * chunk];
-  const int rows = active ? chunks[2 * chunk + 1] : 0;
+  long first;
+  int rows;
+  if (sequence > 0) {
+    const int per_sequence = (sequence + N - 1) / N;
+    const int start = (chunk % per_sequence) * N;
+    first = long(chunk / per_sequence) * sequence + start;
+    rows = active ? min(N, sequence - start) : 0;
+  } else {
+    first = chunks[2 * chunk];
+    rows = active ? chunks[2 * chunk + 1] : 0;
+  }
   l += me.slice * N * (N + 1);
   load_lower_padded<T, N, true, TEAM>(a + (first * heads + h) * N, long(heads) * N, rows, false, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Callable, Sequence
 
@@ -101,15 +101,25 @@ class Kernel:
         KERNELS.append(self)
 
     def instance(self, dtype: torch.dtype, **values: int) -> Instance:
-        if not self.exists(dtype, **values):
-            raise ValueError(f"{self.function} has no instantiation for {dtype}, {values}")
-        ordered = tuple((key, values[key]) for key in self.instances[0])  # the declaration's order
-        return Instance(self, SCALAR_TYPES[dtype], ordered)
+        key = (id(self), dtype, *values.items())  # kernels live as long as the process
+        found = _INSTANCES.get(key)  # every launch asks: keep it a dictionary lookup
+        if found is None:
+            if not self.exists(dtype, **values):
+                raise ValueError(f"{self.function} has no instantiation for {dtype}, {values}")
+            ordered = tuple((name, values[name]) for name in self.instances[0])  # the declaration's order
+            found = _INSTANCES.setdefault(key, Instance(self, SCALAR_TYPES[dtype], ordered))
+        return found
 
     def exists(self, dtype: torch.dtype, **values: int) -> bool:
-        if dtype not in self.dtypes or values not in self.instances or not self.where(dtype, **values):
-            return False
-        return self.shared_bytes(dtype, **values) <= SHARED_LIMIT[dtype in METAL_DTYPES]
+        key = (id(self), dtype, *values.items())  # kernels live as long as the process
+        if key not in _EXISTS:
+            _EXISTS[key] = (
+                dtype in self.dtypes
+                and values in self.instances
+                and self.where(dtype, **values)
+                and self.shared_bytes(dtype, **values) <= SHARED_LIMIT[dtype in METAL_DTYPES]
+            )
+        return _EXISTS[key]
 
     def shared_bytes(self, dtype: torch.dtype, **values: int) -> int:
         item = torch.empty(0, dtype=dtype).element_size()
@@ -117,6 +127,10 @@ class Kernel:
 
     def all_instances(self) -> list[Instance]:
         return [self.instance(d, **v) for d in self.dtypes for v in self.instances if self.exists(d, **v)]
+
+
+_INSTANCES: dict[tuple, Instance] = {}
+_EXISTS: dict[tuple, bool] = {}
 
 
 @dataclass(frozen=True)
@@ -132,7 +146,7 @@ class Instance:
         parts += [f"{key.lower()}{value}" for key, value in self.values]
         return "_".join(parts)
 
-    @property
+    @cached_property
     def group_size(self) -> int:
         size = self.kernel.group_size
         return size if isinstance(size, int) else size(**dict(self.values))

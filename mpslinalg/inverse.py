@@ -58,8 +58,7 @@ def _pieces(batch: int):
         yield start, min(batch, start + LAUNCH_LIMIT)
 
 
-@torch.library.custom_op("mpslinalg::inv_small_ex", mutates_args=())
-def _inv_small_ex(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info); if ``check_errors`` names an API, raise its error for singular input.
 
     The check lives inside the op so that ``torch.compile(fullgraph=True)``
@@ -82,13 +81,15 @@ def _inv_small_ex(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, tor
     return inverse, info
 
 
+_inv_small_ex = torch.library.custom_op("mpslinalg::inv_small_ex", mutates_args=())(_inv_small_ex_body)
+
+
 @_inv_small_ex.register_fake
 def _(A, check_errors):
     return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty(A.shape[:-2], dtype=torch.int32)
 
 
-@torch.library.custom_op("mpslinalg::det_small", mutates_args=())
-def _det_small(A: torch.Tensor) -> torch.Tensor:
+def _det_small_body(A: torch.Tensor) -> torch.Tensor:
     a = _checks.resolved(A)
     n = a.shape[-1]
     if n == 0:
@@ -98,6 +99,9 @@ def _det_small(A: torch.Tensor) -> torch.Tensor:
     for start, stop in _pieces(flat_det.numel()):
         launch(DET_SMALL, groups_for(stop - start, GROUP), flat_a[start:stop], flat_det[start:stop], stop - start, N=n)
     return det
+
+
+_det_small = torch.library.custom_op("mpslinalg::det_small", mutates_args=())(_det_small_body)
 
 
 @_det_small.register_fake
@@ -221,13 +225,13 @@ class _Determinant(torch.autograd.Function):
 def _inverse_ex(A: torch.Tensor, check_errors: str):
     if _dispatch.needs_forward_mode(A):
         return _Inverse.apply(A, check_errors)
-    return torch.ops.mpslinalg.inv_small_ex(A, check_errors)
+    return _dispatch.call(torch.ops.mpslinalg.inv_small_ex, _inv_small_ex_body, A, check_errors)
 
 
 def _determinant(A: torch.Tensor) -> torch.Tensor:
     if _dispatch.needs_forward_mode(A):
         return _Determinant.apply(A)
-    return torch.ops.mpslinalg.det_small(A)
+    return _dispatch.call(torch.ops.mpslinalg.det_small, _det_small_body, A)
 
 
 # --- public functions ---

@@ -86,7 +86,10 @@ TRIL_INVERSE_SMALL = Kernel(
 SOLVE_TRIL_CHUNKS = Kernel(
     function="solve_tril_chunks",
     source="triangular.metal",
-    args=(Buffer("a", const=True), Buffer("inverse"), Buffer("chunks", "int", const=True), Scalar("heads"), Scalar("count")),
+    args=(
+        Buffer("a", const=True), Buffer("inverse"), Buffer("chunks", "int", const=True),
+        Scalar("heads"), Scalar("count"), Scalar("sequence"),
+    ),
     instances=tuple({"N": n} for n in SIZES),
     group_size=lambda N: N * TEAMS[N],
     template=lambda N: (N, N, TEAMS[N]),
@@ -172,8 +175,7 @@ def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) ->
     return X
 
 
-@torch.library.custom_op("mpslinalg::solve_triangular", mutates_args=())
-def _solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool, unitriangular: bool) -> torch.Tensor:
+def _solve_triangular_body(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool, unitriangular: bool) -> torch.Tensor:
     """X with op(A) X = B (left) or X op(A) = B, batch dims already broadcast between A and B
     except that A may have a single batch element."""
     A, B = _checks.resolved(A), _checks.resolved(B)
@@ -186,6 +188,9 @@ def _solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool,
     a = A.reshape(-1, n, n)
     X = _solve_left(a, B.reshape(-1, n, k), upper, unitriangular).reshape(*batch_shape, n, k)
     return X if left else X.mT.contiguous()
+
+
+_solve_triangular = torch.library.custom_op("mpslinalg::solve_triangular", mutates_args=())(_solve_triangular_body)
 
 
 @_solve_triangular.register_fake
@@ -281,7 +286,7 @@ class _Solve(torch.autograd.Function):
 def _solve_op(A, B, upper, left, unit):
     if _dispatch.needs_forward_mode(A, B):
         return _Solve.apply(A, B, upper, left, unit)
-    return torch.ops.mpslinalg.solve_triangular(A, B, upper, left, unit)
+    return _dispatch.call(torch.ops.mpslinalg.solve_triangular, _solve_triangular_body, A, B, upper, left, unit)
 
 
 def _broadcast(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -376,16 +381,18 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
         or A.dtype not in runtime.dtypes
     ):
         return solve_triangular(A, eye.expand_as(A), upper=False, unitriangular=unitriangular)
-    return torch.ops.mpslinalg.tril_inverse(A, unitriangular)
+    return _dispatch.call(torch.ops.mpslinalg.tril_inverse, _tril_inverse_body, A, unitriangular)
 
 
-@torch.library.custom_op("mpslinalg::tril_inverse", mutates_args=())
-def _tril_inverse(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
+def _tril_inverse_body(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
     a = _checks.resolved(A)
     if a.numel() == 0:
         return torch.empty_like(a)
     n = a.shape[-1]
     return _lower_inverse(a.reshape(-1, n, n), unitriangular).reshape(a.shape)
+
+
+_tril_inverse = torch.library.custom_op("mpslinalg::tril_inverse", mutates_args=())(_tril_inverse_body)
 
 
 @_tril_inverse.register_fake
@@ -455,23 +462,34 @@ def solve_tril(
         raise ValueError(f"solve_tril: with cu_seqlens the batch size must be 1, got {batch}")
     if cu_seqlens is not None and (int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != T):
         raise ValueError(f"solve_tril: cu_seqlens must run from 0 to T = {T}")
-    table = _chunk_table(T, batch, chunk, cu_seqlens, A.device)
     if _dispatch.kernel_runtime(A) is None:
-        return _solve_tril_reference(A.float(), table).to(output_dtype)
+        return _solve_tril_reference(A.float(), _chunk_table(T, batch, chunk, cu_seqlens, A.device)).to(output_dtype)
     if _dispatch.needs_forward_mode(A):
         raise NotImplementedError("mpslinalg.solve_tril has no forward-mode derivative; use tril_inverse on the chunks")
     compute = torch.float64 if A.dtype == torch.float64 else torch.float32
-    return torch.ops.mpslinalg.solve_tril(A.to(compute), table).to(output_dtype)
+    # Fixed-length chunks need no table: the kernel finds them from T, and the call
+    # launches nothing but the kernel.
+    table = _chunk_table(T, batch, chunk, cu_seqlens, A.device) if cu_seqlens is not None else _NO_TABLE.to(A.device)
+    return _dispatch.call(torch.ops.mpslinalg.solve_tril, _solve_tril_body, A.to(compute), table).to(output_dtype)
 
 
-@torch.library.custom_op("mpslinalg::solve_tril", mutates_args=())
-def _solve_tril_op(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+_NO_TABLE = torch.empty(0, 2, dtype=torch.int32)
+
+
+def _solve_tril_body(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+    """(I + A)^-1 per chunk of ``chunks`` (first row, rows), or, if it is empty, of the
+    chunks of BT rows of each of A's B sequences of T rows."""
     a = A.contiguous()
     inverse = torch.empty_like(a)  # the chunks cover every row
-    count, heads, size = chunks.shape[0] * a.shape[2], a.shape[2], a.shape[-1]
+    batch, T, heads, size = a.shape
+    sequence = 0 if chunks.numel() else T
+    count = (chunks.shape[0] if chunks.numel() else batch * -(-T // size)) * heads
     if count:
-        launch(SOLVE_TRIL_CHUNKS, -(-count // TEAMS[size]), a, inverse, chunks, heads, count, N=size)
+        launch(SOLVE_TRIL_CHUNKS, -(-count // TEAMS[size]), a, inverse, chunks, heads, count, sequence, N=size)
     return inverse
+
+
+_solve_tril_op = torch.library.custom_op("mpslinalg::solve_tril", mutates_args=())(_solve_tril_body)
 
 
 @_solve_tril_op.register_fake
@@ -493,6 +511,8 @@ def _solve_tril_backward(ctx, grad):
     # which leaves each chunk's own block of the product unchanged.
     X, chunks = ctx.saved_tensors
     batch, T, heads, size = X.shape
+    if chunks.numel() == 0:
+        chunks = _chunk_table(T, batch, size, None, X.device)
     index, inside = _chunk_rows(chunks, size)
     mask = inside[:, :, None, None]
 

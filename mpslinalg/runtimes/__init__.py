@@ -86,10 +86,13 @@ class Runtime:
     def compiled(self, instance: Instance, device: torch.device):
         """The compiled entry point of ``instance`` on ``device``, built on first use."""
         key = (instance, device)
-        with self._lock:
-            if key not in self._compiled:
-                self._compiled[key] = self._compile(instance, device)
-            return self._compiled[key]
+        found = self._compiled.get(key)  # a dict read needs no lock; building one does
+        if found is None:
+            with self._lock:
+                if key not in self._compiled:
+                    self._compiled[key] = self._compile(instance, device)
+                found = self._compiled[key]
+        return found
 
     def _compile(self, instance: Instance, device: torch.device):
         raise NotImplementedError

@@ -56,20 +56,32 @@ class CudaRuntime(Runtime):
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         cupy = _cupy()
-        index = torch.cuda.current_device() if device.index is None else device.index
-        function = self.compiled(instance, torch.device("cuda", index))
+        current = torch.cuda.current_device()
+        index = current if device.index is None else device.index
+        function = self.compiled(instance, _device(index))
         # Buffers go as their addresses: CuPy packs a Python int as 8 bytes, the
         # size of a device pointer, with no copy and no stream synchronisation.
         kernel_args = tuple(
             arg.data_ptr() if isinstance(decl, Buffer) else np.int32(arg)
             for arg, decl in zip(args, instance.kernel.args)
         )
-        stream = _external_stream(torch.cuda.current_stream(index).cuda_stream, index)
-        if torch.cuda.current_device() == index:
+        stream = _external_stream(_current_stream(index), index)
+        if current == index:
             function((groups,), (instance.group_size,), kernel_args, stream=stream)
         else:
             with cupy.cuda.Device(index):
                 function((groups,), (instance.group_size,), kernel_args, stream=stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _device(index: int) -> torch.device:
+    return torch.device("cuda", index)
+
+
+def _current_stream(index: int) -> int:
+    """The handle of torch's current stream on device ``index``."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own Triton launches call
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 @functools.lru_cache(maxsize=64)

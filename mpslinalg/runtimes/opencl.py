@@ -120,6 +120,8 @@ class OpenCLRuntime(Runtime):
         for arg, decl in zip(args, instance.kernel.args):
             if isinstance(decl, Buffer):
                 host = arg.detach().numpy()
+                if host.size == 0:  # OpenCL has no empty buffers; the kernel reads none of it
+                    host = np.zeros(1, dtype=host.dtype)
                 buffer = cl.Buffer(self._context, flags, hostbuf=host)
                 kernel_args.append(buffer)
                 if not decl.const:
