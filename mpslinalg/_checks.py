@@ -71,6 +71,16 @@ _OUT_TYPE_NAMES = {
 }
 
 
+def out_without_grad(op: str, out, *tensors: torch.Tensor) -> None:
+    """torch's error for ``out=`` while an input requires grad (``op`` as torch names
+    its ATen op, e.g. "linalg_inv_ex"); to be called before any work is done."""
+    if out is not None and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(
+            f"{op}(): functions with out=... arguments don't support automatic differentiation, "
+            "but one of the arguments requires grad."
+        )
+
+
 def into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
     """``result`` written into ``out`` as torch's ``out=`` does it (or ``result`` if out is None).
 

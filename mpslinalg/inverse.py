@@ -268,6 +268,7 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
     """
     if not _small_kernel_applies("linalg.inv", A):
         return torch.linalg.inv_ex(A, check_errors=check_errors, out=out)
+    _checks.out_without_grad("linalg_inv_ex", out, A)
     inverse, info = _inverse_ex(A, "linalg.inv_ex" if check_errors else "")
     if out is not None:
         inverse, info = _checks.into(out[0], inverse), _checks.into(out[1], info)
@@ -284,6 +285,7 @@ def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """
     if not _small_kernel_applies("linalg.inv", A):
         return torch.linalg.inv(A, out=out)
+    _checks.out_without_grad("linalg_inv_ex", out, A)
     return _checks.into(out, _inverse_ex(A, "linalg.inv")[0])
 
 
@@ -299,4 +301,5 @@ def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """
     if not _small_kernel_applies("linalg.det", A):
         return torch.linalg.det(A, out=out)
+    _checks.out_without_grad("_linalg_det", out, A)
     return _checks.into(out, _determinant(A))

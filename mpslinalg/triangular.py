@@ -4,9 +4,10 @@ Kernels (``metal/triangular.metal``):
 
 - ``trsm_small``: n <= 64 (32 for 8-byte and complex types), one threadgroup per
   system and block of 32 right-hand sides, A staged once, forward substitution.
-- ``trsm_by_inverse``, the Gated DeltaNet fast path: float32, lower, n in
-  {16, 32, 64}, k >= 8: inv(L) formed by blocks in threadgroup memory, applied
-  to the right-hand sides as a small matrix product.
+- ``trsm_by_inverse``, the Gated DeltaNet fast path: real, lower or upper, n in
+  {16, 32, 64}, k >= 8: inv(A) formed in threadgroup memory (16 x 16 diagonal
+  blocks in registers, then doubling steps as tiled products), applied to the
+  right-hand sides as a product by register tiles.
 - Larger n: blocked TRSM with inverted diagonal blocks of 512 rows (one batched
   recursive inverse, then X_j = inv(A_jj) (B_j - A_j,<j X_<j)), so that most flops
   are ``torch.matmul`` and the launches do not grow with n.
@@ -349,9 +350,9 @@ def solve_triangular(
 
     float32 and complex64 (and float64, complex128 on CUDA and OpenCL). A zero
     on the diagonal gives inf/NaN in X, as torch does; there is no error.
-    Float32 lower solves with n in {16, 32, 64} and at least 8 right-hand sides
-    take the Gated DeltaNet fast path (the inverse of A by blocks, applied as a
-    matrix product); n above 64 (32 for 8-byte and complex types) is blocked,
+    Real solves with n in {16, 32, 64} and at least 8 right-hand sides take the
+    Gated DeltaNet fast path (the inverse of A by blocks, applied as a matrix
+    product); n above 64 (32 for 8-byte and complex types) is blocked,
     most of its work in ``torch.matmul``. Differentiable in A and B, in reverse
     and forward mode.
     """
@@ -360,6 +361,7 @@ def solve_triangular(
     _check_solve(A, B, left)
     if not (A.is_floating_point() or A.is_complex()) or A.dtype not in _dispatch.kernel_runtime(A).dtypes:
         return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
+    _checks.out_without_grad("linalg_solve_triangular", out, A, B)
     return _checks.into(out, _solve(A, B, upper, left, unitriangular))
 
 

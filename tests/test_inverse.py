@@ -246,6 +246,7 @@ def test_forward_mode_and_function_transforms_match_torch(device, dtype):
 
 def test_out_arguments_behave_as_torch(device):
     A = batch_of((4,), 3, torch.float32, rng).to(device)
+    G = A.detach().clone().requires_grad_()  # out= and autograd do not mix: torch's error
     out = torch.empty(0, device=device)
     assert LA.inv(A, out=out) is out
     torch.testing.assert_close(out, LA.inv(A))
@@ -259,6 +260,12 @@ def test_out_arguments_behave_as_torch(device):
     for ours, theirs in [
         (lambda: LA.inv(A, out=torch.empty(3, 3, 3, dtype=torch.float64, device=device)), lambda: torch.linalg.inv(A.cpu(), out=torch.empty(3, 3, 3, dtype=torch.float64))),
         (lambda: LA.inv_ex(A, out=(torch.empty(0, device=device), torch.empty(0, device=device))), lambda: torch.linalg.inv_ex(A.cpu(), out=(torch.empty(0), torch.empty(0)))),
+        (lambda: LA.inv(G, out=torch.empty(0, device=device)), lambda: torch.linalg.inv(G.cpu(), out=torch.empty(0))),
+        (lambda: LA.det(G, out=torch.empty(0, device=device)), lambda: torch.linalg.det(G.cpu(), out=torch.empty(0))),
+        (
+            lambda: LA.solve_triangular(G, A, upper=False, out=torch.empty(0, device=device)),
+            lambda: torch.linalg.solve_triangular(G.cpu(), A.cpu(), upper=False, out=torch.empty(0)),
+        ),
     ]:
         with pytest.raises(RuntimeError) as expected:
             theirs()
