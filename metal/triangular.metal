@@ -254,20 +254,21 @@ METAL_FUNC void tril_double(threadgroup T* l, int t) {
   threadgroup_barrier(mem_flags::mem_threadgroup);
 }
 
-// strtri (Lower) of an N x N lower triangle (N in 16, 32, 64) in threadgroup
-// memory, row stride N + 1, zeros above the diagonal, in place, by a team of
-// TEAM >= N threads (t is the thread's index in its team): the 16 x 16
-// diagonal blocks by substitution in registers, then doubling steps
+// strtri (Lower) of the BLOCK x BLOCK diagonal blocks of an N x N lower
+// triangle (16 <= BLOCK <= N <= 64, powers of two) in threadgroup memory, row
+// stride N + 1, zeros above the diagonal, in place (BLOCK = N: its inverse),
+// by a team of TEAM >= N threads (t is the thread's index in its team): the
+// 16 x 16 diagonal blocks by substitution in registers, then doubling steps
 // 16 -> 32 -> 64 whose work is small matrix products. Every thread of the
 // threadgroup must call this (it has barriers).
-template <typename T, int N, int TEAM>
+template <typename T, int N, int TEAM, int BLOCK = N>
 METAL_FUNC void tril_invert_in_place(threadgroup T* l, bool unit, int t) {
   static_assert(N % 16 == 0 && N <= 64 && TEAM >= N, "tril_invert_in_place: N in {16, 32, 64}, TEAM >= N");
   invert_diagonal_blocks<T, N, TEAM>(l, unit, t);
-  if (N > 16) {
+  if (BLOCK > 16) {
     tril_double<T, N, 16, TEAM>(l, t);
   }
-  if (N > 32) {
+  if (BLOCK > 32) {
     tril_double<T, N, 32, TEAM>(l, t);
   }
 }
@@ -287,23 +288,44 @@ METAL_FUNC team_position team_of(thread_position pos) {
   return {int(pos.group_index) * TEAMS + slice, int(pos.thread_index) % TEAM, slice};
 }
 
+// Row i < n of a block of X from a thread's tile (rows reversed for an upper solve).
+template <typename T, int R, int C>
+METAL_FUNC void store_tile(device T* X, thread const T (&acc)[R][C], int r0, int c0, int n, int k, int first,
+                           int width, int upper) {
+  #pragma unroll
+  for (int p = 0; p < R; ++p) {
+    const int i = r0 + p;
+    #pragma unroll
+    for (int q = 0; q < C; ++q) {
+      if (i < n && c0 + q < width) {
+        X[(upper ? n - 1 - i : i) * k + first + c0 + q] = acc[p][q];
+      }
+    }
+  }
+}
+
 // The Gated DeltaNet fast path: strsm (Left, Lower or Upper) for n <= N in
-// {16, 32, 64} and many right-hand sides, as X = inv(L) B. Each team forms
-// inv(L) of its system in threadgroup memory (strtri, above) and applies it to
-// a block of COLUMNS right-hand sides, KC at a time, as a product by register
-// tiles straight into X: team = system * blocks + block, so that a few systems
-// with many right-hand sides still fill the device. An upper A is solved
-// reversed (J A J is lower), with its right-hand sides' rows reversed.
-template <typename T, int N, int KC, int COLUMNS, int TEAM, int TEAMS>
+// {16, 32, 64} and many right-hand sides. Each team inverts the diagonal
+// blocks of its system's triangle in threadgroup memory (strtri, above) and
+// applies them to a block of COLUMNS right-hand sides, KC at a time, as
+// products by register tiles: with HALVES, the blocks are the two halves
+// (X1 = inv(L11) B1, X2 = inv(L22) (B2 - L21 X1)), which skips the last
+// doubling step of the inverse; else the block is the whole inverse, X =
+// inv(L) B. team = system * blocks + block, so that a few systems with many
+// right-hand sides still fill the device. An upper A is solved reversed
+// (J A J is lower), with its right-hand sides' rows reversed.
+template <typename T, int N, int KC, int COLUMNS, int TEAM, int TEAMS, bool HALVES>
 METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* x, int n, int k, long a_stride,
                                 int upper, int unit, int teams, threadgroup T* l, threadgroup T* panel,
                                 thread_position pos) {
   typedef typename scalar_traits<T>::real Real;
   constexpr int S = N + 1;
-  constexpr int OUT = N * KC / TEAM;
+  constexpr int H = HALVES ? N / 2 : N;  // the rows of a diagonal block
+  constexpr int OUT = H * KC / TEAM;
   constexpr int R = tile_rows(OUT);
   constexpr int C = OUT / R;
-  static_assert(OUT * TEAM == N * KC && R * C == OUT, "trsm_by_inverse: the tiles must cover N x KC");
+  static_assert(!HALVES || N >= 32, "trsm_by_inverse: halves of at least 16 rows");
+  static_assert(OUT * TEAM == H * KC && R * C == OUT, "trsm_by_inverse: the tiles must cover H x KC");
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < teams;
   const int blocks = (k + COLUMNS - 1) / COLUMNS;
@@ -316,8 +338,8 @@ METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* 
   device T* X = x + system * n * k;
   load_lower_padded<T, N, false, TEAM>(a + system * a_stride, n, active ? n : 0, upper != 0, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  tril_invert_in_place<T, N, TEAM>(l, unit != 0, me.t);
-  const tile_layout<R, C> at = tile_of<R, C, N, KC, true>(me.t);
+  tril_invert_in_place<T, N, TEAM, H>(l, unit != 0, me.t);
+  const tile_layout<R, C> at = tile_of<R, C, H, KC, true>(me.t);
   for (int first = begin; first < begin + COLUMNS; first += KC) {
     const int width = max(0, min(KC, end - first));
     // Rows n .. N - 1 of the panel must be finite: inv(L)'s zeros meet them.
@@ -332,20 +354,43 @@ METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* 
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // X is stored from the tiles directly: staging it through the panel for whole-row
-    // stores was slower on the H200.
+    // stores was slower on the H200. inv(L) is lower: row r sums k <= r only.
     T acc[R][C];
     tile_clear(acc);
     tile_multiply_add<T, R, C>(acc, l + at.r0 * S, S, panel + at.c0, KC, 0, min(n, at.r0 + R));
-    #pragma unroll
-    for (int p = 0; p < R; ++p) {
-      const int i = at.r0 + p;
+    store_tile(X, acc, at.r0, at.c0, n, k, first, width, upper);
+    if (HALVES) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);
       #pragma unroll
-      for (int q = 0; q < C; ++q) {
-        const int c = at.c0 + q;
-        if (i < n && c < width) {
-          X[(upper ? n - 1 - i : i) * k + first + c] = acc[p][q];
+      for (int p = 0; p < R; ++p) {
+        #pragma unroll
+        for (int q = 0; q < C; ++q) {
+          panel[(at.r0 + p) * KC + at.c0 + q] = acc[p][q];  // X1
         }
       }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      // B2 - L21 X1 into the panel's second half, then X2 = inv(L22) of it.
+      tile_clear(acc);
+      tile_multiply_add<T, R, C>(acc, l + (H + at.r0) * S, S, panel + at.c0, KC, 0, H);
+      #pragma unroll
+      for (int p = 0; p < R; ++p) {
+        #pragma unroll
+        for (int q = 0; q < C; ++q) {
+          acc[p][q] = panel[(H + at.r0 + p) * KC + at.c0 + q] - acc[p][q];
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      #pragma unroll
+      for (int p = 0; p < R; ++p) {
+        #pragma unroll
+        for (int q = 0; q < C; ++q) {
+          panel[(H + at.r0 + p) * KC + at.c0 + q] = acc[p][q];
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      tile_clear(acc);
+      tile_multiply_add<T, R, C>(acc, l + (H + at.r0) * S + H, S, panel + H * KC + at.c0, KC, 0, at.r0 + R);
+      store_tile(X, acc, H + at.r0, at.c0, n, k, first, width, upper);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }

@@ -30,6 +30,9 @@ SIZES = (16, 32, 64)
 # teams at N = 32, to stay in 32 KiB.
 TEAMS = {16: 8, 32: 4, 64: 1}
 TRSM_TEAMS = {16: 8, 32: 2, 64: 1}
+# N for which trsm_by_inverse applies the inverted halves of A by block substitution
+# instead of the whole inverse, whose last doubling step costs as much as the solve.
+HALVES = (32, 64)
 # Right-hand sides per panel of trsm_by_inverse (KC), by N: the fewest that cover k,
 # so that k = 8 or 16 does not pay for a wider product. A team takes PANELS_PER_TEAM
 # panels of the widest kind (one system's inverse serves them all), or one narrower.
@@ -65,7 +68,7 @@ TRSM_BY_INVERSE = Kernel(
     ),
     instances=tuple({"N": n, "KC": kc} for n in SIZES for kc in PANEL_WIDTHS[n]),
     group_size=lambda N, KC: N * TRSM_TEAMS[N],
-    template=lambda N, KC: (N, KC, _columns_per_team(N, KC), N, TRSM_TEAMS[N]),
+    template=lambda N, KC: (N, KC, _columns_per_team(N, KC), N, TRSM_TEAMS[N], N in HALVES),
     shared=lambda N, KC: [
         Shared("l", "T", TRSM_TEAMS[N] * N * (N + 1)),
         Shared("panel", "T", TRSM_TEAMS[N] * N * KC),
