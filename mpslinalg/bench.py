@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -90,11 +91,15 @@ def time_graph_replay(call: Callable, loop: int = 20, repeats: int = 7) -> float
                 call()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(loop):
-                call()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(graph):
+                for _ in range(loop):
+                    call()
     except Exception:
         return None
+    if any("Graph is empty" in str(w.message) for w in caught):
+        return None  # the call ran on a stream of its own (CuPy): nothing was captured
     return time_per_call(torch.device("cuda"), graph.replay, loop=1, repeats=repeats) / loop
 
 
@@ -251,7 +256,7 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpslinalg.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("families", nargs="*", choices=list(FAMILIES), help="default: all")
     parser.add_argument("--batch", type=int, help="matrices per case (default 2^20 on a GPU, 2^14 on the CPU)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--markdown", help="also write the table here")
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", measured copy {copy / 1e12:.2f} TB/s" if copy else "")
     )
     with selected:
-        results = [r for family in args.families for r in FAMILIES[family](device, batch)]
+        results = [r for family in args.families or FAMILIES for r in FAMILIES[family](device, batch)]
     table = markdown(results, header, peak)
     print(table)
     if args.markdown:

@@ -26,10 +26,11 @@ SIZES = (16, 32, 64)
 # The inverse-based kernels run a team of N threads per matrix (N for the diagonal
 # blocks; the products' register tiles then hold 8 to 32 outputs, few loads per
 # multiply-add), several teams to a threadgroup for small N. Measured on the H200:
-# teams of 2N or 4N threads were 20-60 % slower. trsm_by_inverse's panel halves its
-# teams at N = 32, to stay in 32 KiB.
+# teams of 2N or 4N threads were 20-60 % slower (but see _trsm_team).
+# trsm_by_inverse's panel halves its teams at N = 32, to stay in 32 KiB.
 TEAMS = {16: 8, 32: 4, 64: 1}
 TRSM_TEAMS = {16: 8, 32: 2, 64: 1}
+
 # N for which trsm_by_inverse applies the inverted halves of A by block substitution
 # instead of the whole inverse, whose last doubling step costs as much as the solve.
 HALVES = (32, 64)
@@ -38,6 +39,13 @@ HALVES = (32, 64)
 # panels of the widest kind (one system's inverse serves them all), or one narrower.
 PANEL_WIDTHS = {16: (8, 16), 32: (8, 16, 32), 64: (8, 16, 32)}
 PANELS_PER_TEAM = {16: 4, 32: 2, 64: 2}
+
+
+def _trsm_team(N: int, KC: int) -> int:
+    """Threads per team of trsm_by_inverse: at N = 64 panels of 16 or more right-hand
+    sides go faster with 2N (more SIMD groups per SM: 465 vs 556 us at k = 64 on the
+    H200), the narrowest with N (207 vs 257 us at k = 8)."""
+    return 2 * N if N == 64 and KC > 8 else N
 
 
 TRSM_SMALL = Kernel(
@@ -67,8 +75,8 @@ TRSM_BY_INVERSE = Kernel(
         Scalar("n"), Scalar("k"), Scalar("a_stride"), Scalar("upper"), Scalar("unit"), Scalar("teams"),
     ),
     instances=tuple({"N": n, "KC": kc} for n in SIZES for kc in PANEL_WIDTHS[n]),
-    group_size=lambda N, KC: N * TRSM_TEAMS[N],
-    template=lambda N, KC: (N, KC, _columns_per_team(N, KC), N, TRSM_TEAMS[N], N in HALVES),
+    group_size=lambda N, KC: _trsm_team(N, KC) * TRSM_TEAMS[N],
+    template=lambda N, KC: (N, KC, _columns_per_team(N, KC), _trsm_team(N, KC), TRSM_TEAMS[N], N in HALVES),
     shared=lambda N, KC: [
         Shared("l", "T", TRSM_TEAMS[N] * N * (N + 1)),
         Shared("panel", "T", TRSM_TEAMS[N] * N * KC),
