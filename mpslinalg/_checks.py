@@ -71,6 +71,23 @@ _OUT_TYPE_NAMES = {
 }
 
 
+def broadcast_batch(a: torch.Size, b: torch.Size) -> torch.Size:
+    """The broadcast of batch shapes ``a`` and ``b``, with torch's error (its infer_size)
+    when they do not broadcast; torch.linalg names B's batch a and A's b."""
+    ndim = max(len(a), len(b))
+    out = []
+    for i in range(ndim):
+        offset = ndim - 1 - i
+        size_a = a[len(a) - 1 - offset] if len(a) - 1 - offset >= 0 else 1
+        size_b = b[len(b) - 1 - offset] if len(b) - 1 - offset >= 0 else 1
+        if size_a != size_b and size_a != 1 and size_b != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({size_a}) must match the size of tensor b ({size_b}) at non-singleton dimension {i}"
+            )
+        out.append(size_b if size_a == 1 else size_a)
+    return torch.Size(out)
+
+
 def out_without_grad(op: str, out, *tensors: torch.Tensor) -> None:
     """torch's error for ``out=`` while an input requires grad (``op`` as torch names
     its ATen op, e.g. "linalg_inv_ex"); to be called before any work is done."""

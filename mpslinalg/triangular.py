@@ -305,7 +305,7 @@ def _broadcast(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     """A and B on their common batch shape; an A with one batch element stays unexpanded."""
     if A.shape[:-2] == B.shape[:-2]:  # the common case, without broadcast_shapes' host cost
         return A, B
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = _checks.broadcast_batch(B.shape[:-2], A.shape[:-2])
     B = B.expand(*batch, *B.shape[-2:])
     if A.shape[:-2] != batch and A.shape[:-2].numel() != 1:
         A = A.expand(*batch, *A.shape[-2:])

@@ -136,6 +136,8 @@ BAD = {
     "A non-square": (torch.ones(2, 3), torch.ones(2, 1)),
     "left shapes": (torch.ones(2, 2), torch.ones(3, 1)),
     "int": (torch.ones(2, 2, dtype=torch.int32), torch.ones(2, 1, dtype=torch.int32)),
+    "batches": (torch.eye(2).expand(2, 2, 2), torch.ones(4, 2, 1)),
+    "inner batch": (torch.eye(2).expand(3, 1, 2, 2), torch.ones(5, 2, 2, 1)),
 }
 
 
