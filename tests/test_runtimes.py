@@ -235,3 +235,23 @@ def test_bench_command_writes_table_and_json(tmp_path):
     table = (tmp_path / "b.md").read_text()
     assert "| 256 x 4x4 float32 | mpslinalg.inv_ex |" in table and "torch.linalg.inv" in table
     assert '"implementation": "mpslinalg.det"' in (tmp_path / "b.json").read_text()
+
+
+def test_eager_calls_skip_the_custom_op_only_when_nothing_needs_it():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    x = torch.ones(2, 2)
+    assert _dispatch._plain((x, 3))
+    assert not _dispatch._plain((x.requires_grad_(),))
+    with torch.no_grad():
+        assert _dispatch._plain((x,))
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Mode():
+        assert not _dispatch._plain((x,))
+    seen = []
+    torch.func.vmap(lambda row: seen.append(_dispatch._plain((row,))) or row)(torch.ones(3, 2))
+    assert seen == [False]
