@@ -482,11 +482,11 @@ def solve_tril(
     compute = torch.float64 if A.dtype == torch.float64 else torch.float32
     # Fixed-length chunks need no table: the kernel finds them from T, and the call
     # launches nothing but the kernel.
-    table = _chunk_table(T, batch, chunk, cu_seqlens, A.device) if cu_seqlens is not None else _NO_TABLE.to(A.device)
+    if cu_seqlens is not None:
+        table = _chunk_table(T, batch, chunk, cu_seqlens, A.device)
+    else:
+        table = torch.empty(0, 2, dtype=torch.int32, device=A.device)
     return _dispatch.call(torch.ops.mpslinalg.solve_tril, _solve_tril_body, A.to(compute), table).to(output_dtype)
-
-
-_NO_TABLE = torch.empty(0, 2, dtype=torch.int32)
 
 
 def _solve_tril_body(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
