@@ -101,7 +101,7 @@ METAL_FUNC tile_layout<R, C> tile_of(int u) {
 
 // Rows of a register tile for OUT outputs per thread: 4 x 8, 4 x 4, 2 x 4, ...
 // The larger the tile, the fewer threadgroup loads per multiply-add.
-constexpr int tile_rows(int out) { return out >= 16 ? 4 : out >= 4 ? 2 : 1; }
+METAL_FUNC constexpr int tile_rows(int out) { return out >= 16 ? 4 : out >= 4 ? 2 : 1; }
 
 // acc[p][q] += sum_{k0 <= k < k1} a[p * a_stride + k] * b[k * b_stride + q]:
 // a thread's share of a product of two matrices in threadgroup memory.
