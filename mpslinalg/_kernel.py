@@ -122,8 +122,7 @@ class Kernel:
         return _EXISTS[key]
 
     def shared_bytes(self, dtype: torch.dtype, **values: int) -> int:
-        item = torch.empty(0, dtype=dtype).element_size()
-        return sum(s.size * (item if s.element == "T" else 4) for s in self.shared(**values))
+        return sum(s.size * (dtype.itemsize if s.element == "T" else 4) for s in self.shared(**values))
 
     def all_instances(self) -> list[Instance]:
         return [self.instance(d, **v) for d in self.dtypes for v in self.instances if self.exists(d, **v)]

@@ -182,7 +182,7 @@ _det_small.register_autograd(_det_backward, setup_context=_det_setup)
 
 class _Inverse(torch.autograd.Function):
     """The op with its backward, plus forward mode and torch.func transforms, which
-    custom ops lack (used where _dispatch.needs_forward_mode says)."""
+    custom ops lack (used where _dispatch.call finds them at work)."""
 
     generate_vmap_rule = True
 
@@ -223,15 +223,11 @@ class _Determinant(torch.autograd.Function):
 
 
 def _inverse_ex(A: torch.Tensor, check_errors: str):
-    if _dispatch.needs_forward_mode(A):
-        return _Inverse.apply(A, check_errors)
-    return _dispatch.call(torch.ops.mpslinalg.inv_small_ex, _inv_small_ex_body, A, check_errors)
+    return _dispatch.call(torch.ops.mpslinalg.inv_small_ex, _inv_small_ex_body, A, check_errors, function=_Inverse)
 
 
 def _determinant(A: torch.Tensor) -> torch.Tensor:
-    if _dispatch.needs_forward_mode(A):
-        return _Determinant.apply(A)
-    return _dispatch.call(torch.ops.mpslinalg.det_small, _det_small_body, A)
+    return _dispatch.call(torch.ops.mpslinalg.det_small, _det_small_body, A, function=_Determinant)
 
 
 # --- public functions ---

@@ -146,12 +146,12 @@ def _lower_inverse(L: torch.Tensor, unit: bool) -> torch.Tensor:
     halves of equal size in one batched call, so each level is a few launches.
     """
     batch, m, _ = L.shape
-    if m <= SIZES[-1] and TRIL_INVERSE_SMALL.exists(L.dtype, N=_size_for(max(m, 1))):
+    size = _size_for(max(m, 1)) if m <= SIZES[-1] else 0
+    if TRIL_INVERSE_SMALL.exists(L.dtype, N=size):
         inverse = torch.empty_like(L)
-        size = _size_for(max(m, 1))
         launch(TRIL_INVERSE_SMALL, -(-batch // TEAMS[size]), L, inverse, m, batch, int(unit), N=size)
         return inverse
-    if m <= SIZES[-1] and TRSM_SMALL.exists(L.dtype, N=_size_for(m), UPPER=0, UNIT=int(unit)):  # complex
+    if TRSM_SMALL.exists(L.dtype, N=size, UPPER=0, UNIT=int(unit)):  # complex
         eye = torch.eye(m, dtype=L.dtype, device=L.device).expand(batch, m, m).contiguous()
         return _solve_left(L, eye, upper=False, unit=unit)
     half = (m // 2 + SIZES[-1] - 1) // SIZES[-1] * SIZES[-1] if m > 2 * SIZES[-1] else m // 2
@@ -296,9 +296,8 @@ class _Solve(torch.autograd.Function):
 
 
 def _solve_op(A, B, upper, left, unit):
-    if _dispatch.needs_forward_mode(A, B):
-        return _Solve.apply(A, B, upper, left, unit)
-    return _dispatch.call(torch.ops.mpslinalg.solve_triangular, _solve_triangular_body, A, B, upper, left, unit)
+    op = torch.ops.mpslinalg.solve_triangular
+    return _dispatch.call(op, _solve_triangular_body, A, B, upper, left, unit, function=_Solve)
 
 
 def _broadcast(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -384,7 +383,6 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
     strtri); other sizes and complex types solve A X = I. Differentiable.
     """
     _checks.square("mpslinalg.tril_inverse", A)
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     runtime = _dispatch.kernel_runtime(A)
     if (
         runtime is None
@@ -393,6 +391,7 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
         or not TRIL_INVERSE_SMALL.exists(A.dtype, N=_size_for(max(A.shape[-1], 1)))
         or A.dtype not in runtime.dtypes
     ):
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
         return solve_triangular(A, eye.expand_as(A), upper=False, unitriangular=unitriangular)
     return _dispatch.call(torch.ops.mpslinalg.tril_inverse, _tril_inverse_body, A, unitriangular)
 

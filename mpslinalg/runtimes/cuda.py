@@ -78,10 +78,12 @@ def _device(index: int) -> torch.device:
     return torch.device("cuda", index)
 
 
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own Triton launches call
+
+
 def _current_stream(index: int) -> int:
     """The handle of torch's current stream on device ``index``."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own Triton launches call
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    return _RAW_STREAM(index) if _RAW_STREAM is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 @functools.lru_cache(maxsize=64)
