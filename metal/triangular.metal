@@ -79,21 +79,6 @@ METAL_FUNC void load_lower_padded(const device T* a, long row_stride, int n, boo
   }
 }
 
-// The inverse of load_lower_padded: rows < `rows` and columns < `cols` of the
-// lower triangle in threadgroup memory (row stride N + 1), zeros above the
-// diagonal, to row i at out + i * row_stride.
-template <typename T, int N, int TEAM>
-METAL_FUNC void store_lower(device T* out, long row_stride, int rows, int cols, const threadgroup T* l, int t) {
-  typedef typename scalar_traits<T>::real R;
-  for (int e = t; e < rows * N; e += TEAM) {
-    const int i = e / N;
-    const int j = e % N;
-    if (j < cols) {
-      out[i * row_stride + j] = j <= i ? l[i * (N + 1) + j] : scalar_traits<T>::from_real(R(0));
-    }
-  }
-}
-
 // A thread's R x C register tile of a ROWS x COLS output: rows r0 .. r0 + R - 1
 // and columns c0 .. c0 + C - 1. With ROWS_FIRST the threads of a SIMD group
 // share rows, which suits a triangular left operand (their sums have about
@@ -211,7 +196,7 @@ METAL_FUNC void tril_double(threadgroup T* l, int t) {
   constexpr int OUT = H * H >= PAIR_TEAM ? H * H / PAIR_TEAM : 1;
   constexpr int R = tile_rows(OUT);
   constexpr int C = OUT / R;
-  static_assert(PAIRS * PAIR_TEAM == TEAM && OUT * PAIR_TEAM == H * H, "tril_double: the tiles must cover each pair");
+  const bool works = t < PAIRS * PAIR_TEAM;
   threadgroup T* t11 = l + (t / PAIR_TEAM % PAIRS) * 2 * H * (S + 1);
   threadgroup T* l21 = t11 + H * S;
   threadgroup T* t22 = l21 + H;
@@ -219,13 +204,17 @@ METAL_FUNC void tril_double(threadgroup T* l, int t) {
   // W = L21 T11; T11 is lower, so column c needs rows k >= c only.
   tile_layout<R, C> at = tile_of<R, C, H, H, false>(t % PAIR_TEAM);
   tile_clear(acc);
-  tile_multiply_add<T, R, C>(acc, l21 + at.r0 * S, S, t11 + at.c0, S, at.c0, H);
+  if (works) {
+    tile_multiply_add<T, R, C>(acc, l21 + at.r0 * S, S, t11 + at.c0, S, at.c0, H);
+  }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   #pragma unroll
   for (int p = 0; p < R; ++p) {
     #pragma unroll
     for (int q = 0; q < C; ++q) {
-      l21[(at.r0 + p) * S + at.c0 + q] = acc[p][q];
+      if (works) {
+        l21[(at.r0 + p) * S + at.c0 + q] = acc[p][q];
+      }
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -234,19 +223,21 @@ METAL_FUNC void tril_double(threadgroup T* l, int t) {
   // diagonal) never meets a zero of T22 and turns rows above it into NaN.
   at = tile_of<R, C, H, H, true>(t % PAIR_TEAM);
   tile_clear(acc);
-  tile_multiply_add<T, R, C>(acc, t22 + at.r0 * S, S, l21 + at.c0, S, 0, at.r0);
-  #pragma unroll
-  for (int kk = 0; kk < R; ++kk) {
-    T y[C];
+  if (works) {
+    tile_multiply_add<T, R, C>(acc, t22 + at.r0 * S, S, l21 + at.c0, S, 0, at.r0);
     #pragma unroll
-    for (int q = 0; q < C; ++q) {
-      y[q] = l21[(at.r0 + kk) * S + at.c0 + q];
-    }
-    #pragma unroll
-    for (int p = kk; p < R; ++p) {
+    for (int kk = 0; kk < R; ++kk) {
+      T y[C];
       #pragma unroll
       for (int q = 0; q < C; ++q) {
-        acc[p][q] = acc[p][q] + t22[(at.r0 + p) * S + at.r0 + kk] * y[q];
+        y[q] = l21[(at.r0 + kk) * S + at.c0 + q];
+      }
+      #pragma unroll
+      for (int p = kk; p < R; ++p) {
+        #pragma unroll
+        for (int q = 0; q < C; ++q) {
+          acc[p][q] = acc[p][q] + t22[(at.r0 + p) * S + at.r0 + kk] * y[q];
+        }
       }
     }
   }
@@ -255,7 +246,9 @@ METAL_FUNC void tril_double(threadgroup T* l, int t) {
   for (int p = 0; p < R; ++p) {
     #pragma unroll
     for (int q = 0; q < C; ++q) {
-      l21[(at.r0 + p) * S + at.c0 + q] = -acc[p][q];
+      if (works) {
+        l21[(at.r0 + p) * S + at.c0 + q] = -acc[p][q];
+      }
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -407,6 +400,7 @@ METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* 
 template <typename T, int N, int TEAM, int TEAMS>
 METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, int count, int unit,
                                    threadgroup T* l, thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < count;
   const long offset = long(active ? me.team : 0) * n * n;
@@ -414,7 +408,15 @@ METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, 
   load_lower_padded<T, N, false, TEAM>(a + offset, n, active ? n : 0, false, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
   tril_invert_in_place<T, N, TEAM>(l, unit != 0, me.t);
-  store_lower<T, N, TEAM>(inverse + offset, n, active ? n : 0, n, l, me.t);
+  for (int e = me.t; active && e < n * n; e += TEAM) {
+    const int i = e / n;
+    const int j = e % n;
+    T v = scalar_traits<T>::from_real(R(0));
+    if (j <= i) {
+      v = l[i * (N + 1) + j];
+    }
+    inverse[offset + e] = v;
+  }
 }
 
 // flash-linear-attention's solve_tril: (I + A)^-1 for each chunk of N rows of
@@ -426,6 +428,7 @@ METAL_FUNC void tril_inverse_small(const device T* a, device T* inverse, int n, 
 template <typename T, int N, int TEAM, int TEAMS>
 METAL_FUNC void solve_tril_chunks(const device T* a, device T* inverse, const device int* chunks, int heads,
                                   int count, int sequence, threadgroup T* l, thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
   const team_position me = team_of<TEAM, TEAMS>(pos);
   const bool active = me.team < count;
   const int chunk = active ? me.team / heads : 0;
@@ -445,5 +448,13 @@ METAL_FUNC void solve_tril_chunks(const device T* a, device T* inverse, const de
   load_lower_padded<T, N, true, TEAM>(a + (first * heads + h) * N, long(heads) * N, rows, false, l, me.t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
   tril_invert_in_place<T, N, TEAM>(l, true, me.t);
-  store_lower<T, N, TEAM>(inverse + (first * heads + h) * N, long(heads) * N, rows, N, l, me.t);
+  for (int e = me.t; e < rows * N; e += TEAM) {
+    const int i = e / N;
+    const int j = e % N;
+    T v = scalar_traits<T>::from_real(R(0));
+    if (j <= i) {
+      v = l[i * (N + 1) + j];
+    }
+    inverse[((first + i) * heads + h) * N + j] = v;
+  }
 }
