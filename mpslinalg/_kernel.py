@@ -37,9 +37,10 @@ SCALAR_TYPES = {
         ScalarType(torch.complex64, "complex64", "complex_t<float>", "float"),
         ScalarType(torch.float64, "float64", "double", "double"),
         ScalarType(torch.complex128, "complex128", "complex_t<double>", "double"),
+        ScalarType(torch.int32, "int32", "int", "int"),  # for kernels on indices only
     )
 }
-FLOATING = tuple(SCALAR_TYPES)
+FLOATING = (torch.float32, torch.complex64, torch.float64, torch.complex128)
 
 
 KERNELS: list[Kernel] = []  # every declared kernel, in declaration order
@@ -69,7 +70,7 @@ class Scalar:
 
 @dataclass(frozen=True)
 class Shared:
-    """A threadgroup array: ``element`` is a C type or "T", ``size`` in elements."""
+    """A threadgroup array: ``element`` is a C type, "T" or "R" (T's real type), ``size`` in elements."""
 
     name: str
     element: str
@@ -122,7 +123,8 @@ class Kernel:
         return _EXISTS[key]
 
     def shared_bytes(self, dtype: torch.dtype, **values: int) -> int:
-        return sum(s.size * (dtype.itemsize if s.element == "T" else 4) for s in self.shared(**values))
+        sizes = {"T": dtype.itemsize, "R": dtype.to_real().itemsize}
+        return sum(s.size * sizes.get(s.element, 4) for s in self.shared(**values))
 
     def all_instances(self) -> list[Instance]:
         return [self.instance(d, **v) for d in self.dtypes for v in self.instances if self.exists(d, **v)]
@@ -162,7 +164,7 @@ class Instance:
         ]
 
     def element(self, element: str) -> str:
-        return self.scalar.ctype if element == "T" else element
+        return {"T": self.scalar.ctype, "R": self.scalar.storage}.get(element, element)
 
     def storage(self, buffer: Buffer) -> str:
         """The C type a buffer is declared with in an entry point's signature.

@@ -2,16 +2,16 @@
 
 Matrices up to 4 x 4 run in one fused kernel (``metal/inverse.metal``) that
 factors each matrix with partial pivoting and solves in registers, one thread
-per matrix. Larger matrices call torch.linalg until the LU family lands.
+per matrix. Larger matrices go through the LU family (``lu_family.py``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch
+from . import _checks, _dispatch, lu_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import groups_for, launch
+from .runtimes import groups_for, launch, pieces
 
 SMALL = 4  # the largest n the fused kernels handle
 GROUP = 128  # matrices (= threads) per threadgroup
@@ -49,15 +49,6 @@ DET_SMALL = Kernel(
 
 # --- custom ops: the kernels and their fake (meta) implementations ---
 
-# Matrices per launch: the kernels count them in int32, so larger batches go in pieces.
-LAUNCH_LIMIT = 2**30
-
-
-def _pieces(batch: int):
-    for start in range(0, batch, LAUNCH_LIMIT):
-        yield start, min(batch, start + LAUNCH_LIMIT)
-
-
 def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info); if ``check_errors`` names an API, raise its error for singular input.
 
@@ -71,7 +62,7 @@ def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor
         return inverse, torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     info = torch.empty(a.shape[:-2], dtype=torch.int32, device=a.device)  # the kernel writes all
     flat_a, flat_inverse, flat_info = a.view(-1, n, n), inverse.view(-1, n, n), info.view(-1)
-    for start, stop in _pieces(flat_info.numel()):
+    for start, stop in pieces(flat_info.numel()):
         launch(
             INVERSE_SMALL, groups_for(stop - start, GROUP),
             flat_a[start:stop], flat_inverse[start:stop], flat_info[start:stop], stop - start, N=n,
@@ -96,7 +87,7 @@ def _det_small_body(A: torch.Tensor) -> torch.Tensor:
         return torch.ones(a.shape[:-2], dtype=a.dtype, device=a.device)
     det = torch.empty(a.shape[:-2], dtype=a.dtype, device=a.device)
     flat_a, flat_det = a.view(-1, n, n), det.view(-1)
-    for start, stop in _pieces(flat_det.numel()):
+    for start, stop in pieces(flat_det.numel()):
         launch(DET_SMALL, groups_for(stop - start, GROUP), flat_a[start:stop], flat_det[start:stop], stop - start, N=n)
     return det
 
@@ -233,14 +224,18 @@ def _determinant(A: torch.Tensor) -> torch.Tensor:
 # --- public functions ---
 
 
-def _small_kernel_applies(api: str, A: torch.Tensor) -> bool:
-    """Whether A takes the fused kernel; raises torch.linalg's errors for bad input."""
+def _kernels_apply(api: str, A: torch.Tensor) -> bool:
+    """Whether A runs on mpslinalg's kernels; raises torch.linalg's errors for bad input."""
     runtime = _dispatch.kernel_runtime(A)
     if runtime is None:
         return False
     _checks.square(api, A)
     _checks.floating(api, A)
-    return A.shape[-1] <= SMALL and A.dtype in runtime.dtypes
+    return A.dtype in runtime.dtypes
+
+
+def _inverse_any(A: torch.Tensor, check_errors: str):
+    return _inverse_ex(A, check_errors) if A.shape[-1] <= SMALL else lu_family.lu_inverse_ex(A, check_errors)
 
 
 def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
@@ -259,13 +254,13 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
         holds inf/NaN as torch's does. No host synchronisation.
 
     Gradients (reverse and forward mode) flow to ``inverse``: ``-A^-H G A^-H``.
-    n <= 4 runs the fused kernel; larger n calls ``torch.linalg.inv_ex`` until
-    mpslinalg's LU family lands.
+    n <= 4 runs the fused kernel; larger n the LU factorization and its solves
+    with B = I (as torch.linalg.inv_ex).
     """
-    if not _small_kernel_applies("linalg.inv", A):
+    if not _kernels_apply("linalg.inv", A):
         return torch.linalg.inv_ex(A, check_errors=check_errors, out=out)
     _checks.out_without_grad("linalg_inv_ex", out, A)
-    inverse, info = _inverse_ex(A, "linalg.inv_ex" if check_errors else "")
+    inverse, info = _inverse_any(A, "linalg.inv_ex" if check_errors else "")
     if out is not None:
         inverse, info = _checks.into(out[0], inverse), _checks.into(out[1], info)
     return torch.return_types.linalg_inv_ex((inverse, info))
@@ -276,13 +271,12 @@ def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
 
     Raises ``torch.linalg.LinAlgError`` with torch's message when a matrix is
     singular, which synchronises with the device; ``inv_ex`` does not. Gradient:
-    ``-A^-H G A^-H``. n <= 4 runs the fused kernel; larger n calls
-    ``torch.linalg.inv`` until mpslinalg's LU family lands.
+    ``-A^-H G A^-H``. n <= 4 runs the fused kernel; larger n the LU family.
     """
-    if not _small_kernel_applies("linalg.inv", A):
+    if not _kernels_apply("linalg.inv", A):
         return torch.linalg.inv(A, out=out)
     _checks.out_without_grad("linalg_inv_ex", out, A)
-    return _checks.into(out, _inverse_ex(A, "linalg.inv")[0])
+    return _checks.into(out, _inverse_any(A, "linalg.inv")[0])
 
 
 def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -292,10 +286,9 @@ def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     ``det`` of a 0 x 0 matrix is 1. Gradient ``g * conj(det) * A^-H``, and 0 at
     an exactly singular matrix, as torch's first-order backward (torch's
     double backward there uses the adjugate; this one stays 0). n <= 4 runs the
-    fused kernel; larger n calls ``torch.linalg.det`` until mpslinalg's LU
-    family lands.
+    fused kernel; larger n the LU family.
     """
-    if not _small_kernel_applies("linalg.det", A):
+    if not _kernels_apply("linalg.det", A):
         return torch.linalg.det(A, out=out)
     _checks.out_without_grad("_linalg_det", out, A)
-    return _checks.into(out, _determinant(A))
+    return _checks.into(out, _determinant(A) if A.shape[-1] <= SMALL else lu_family.lu_det(A))

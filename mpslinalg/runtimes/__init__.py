@@ -106,7 +106,8 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
 
     ``args`` follow ``kernel.args``: tensors for buffers (contiguous, on one device,
     conjugate and negative bits resolved), Python ints for scalars. The dtype of the
-    first T buffer selects the instantiation; ``values`` give its other parameters.
+    first T buffer selects the instantiation (a kernel without one has a single
+    dtype); ``values`` give its other parameters.
     """
     device = dtype = None
     for arg, decl in zip(args, kernel.args):
@@ -123,13 +124,25 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
         if not arg.is_contiguous() or arg.is_conj() or arg.is_neg():
             raise RuntimeError(f"{kernel.function}: kernel arguments must be contiguous and resolved")
     runtime = for_device(device)
-    if dtype not in runtime.dtypes:
+    if dtype is None:  # a kernel on indices only: its one instantiation type
+        dtype = kernel.dtypes[0]
+    elif dtype not in runtime.dtypes:
         raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
     runtime.launch(kernel.instance(dtype, **values), groups, args, device)
 
 
 def groups_for(count: int, per_group: int) -> int:
     return math.ceil(count / per_group)
+
+
+# Matrices per launch: kernels count them in int32, so larger batches go in pieces.
+LAUNCH_LIMIT = 2**30
+
+
+def pieces(count: int):
+    """(start, stop) of the pieces of a batch of ``count`` matrices, one launch each."""
+    for start in range(0, count, LAUNCH_LIMIT):
+        yield start, min(count, start + LAUNCH_LIMIT)
 
 
 from .cuda import CudaRuntime  # noqa: E402

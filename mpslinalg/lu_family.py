@@ -1,0 +1,630 @@
+"""The LU family: ``lu_factor(_ex)``, ``lu``, ``lu_solve``, ``solve(_ex)``, ``slogdet``,
+``logdet``, and ``inv``, ``inv_ex``, ``det`` above the fused kernels' 4 x 4.
+
+Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
+
+- ``lu_factor_small``: m, n <= 64, a team of N threads per matrix (N = 8, 16, 32,
+  64, several teams per threadgroup), each thread a row in registers, pivots
+  found by a two-level reduction in threadgroup memory.
+- Larger matrices: blocked right-looking sgetrf. ``lu_factor_panel`` factors a
+  panel of PANEL_WIDTH columns in place (its row interchanges span whole rows),
+  the U block row is a triangular solve (the triangular family's kernels), and
+  the trailing update is one ``torch.baddbmm``.
+- ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
+
+Solves are P, then the two triangular solves of the triangular family on the
+packed LU, so they differentiate through it; det and slogdet are the product
+of U's diagonal and the pivots' parity, computed on the device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks, _dispatch, triangular
+from ._kernel import Buffer, Kernel, Scalar, Shared
+from .runtimes import groups_for, launch, pieces
+
+SIZES = (8, 16, 32, 64)
+TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
+SPAN = 8  # keys each leader of the pivot reduction reduces (metal/lu.metal)
+
+
+def _pivot_reduction(team: int, teams: int = 1) -> list[Shared]:
+    leaders = teams * (team // min(team, SPAN))
+    return [
+        Shared("values", "R", teams * team),
+        Shared("positions", "int", teams * team),
+        Shared("leader_values", "R", leaders),
+        Shared("leader_positions", "int", leaders),
+    ]
+
+
+LU_FACTOR_SMALL = Kernel(
+    function="lu_factor_small",
+    source="lu.metal",
+    args=(
+        Buffer("a", const=True), Buffer("lu"), Buffer("pivots", "int"), Buffer("info", "int"),
+        Scalar("m"), Scalar("n"), Scalar("count"), Scalar("pivoting"),
+    ),
+    instances=tuple({"N": n} for n in SIZES),
+    group_size=lambda N: N * TEAMS[N],
+    template=lambda N: (N, TEAMS[N]),
+    shared=lambda N: _pivot_reduction(N, TEAMS[N]) + [Shared("pivot_rows", "T", TEAMS[N] * N)],
+    # A complex128 row of 64 is 256 registers: that size takes the panel kernel.
+    where=lambda dtype, N: not (dtype == torch.complex128 and N == 64),
+)
+
+PANEL_WIDTH = 32
+PANEL_GROUPS = (128, 512)  # threads per matrix: up to 256 rows, more
+
+LU_FACTOR_PANEL = Kernel(
+    function="lu_factor_panel",
+    source="lu.metal",
+    args=(
+        Buffer("a"), Buffer("pivots", "int"), Buffer("info", "int"),
+        Scalar("m"), Scalar("n"), Scalar("j0"), Scalar("w"), Scalar("pivoting"),
+    ),
+    instances=tuple({"GROUP": g} for g in PANEL_GROUPS),
+    group_size=lambda GROUP: GROUP,
+    template=lambda GROUP: (GROUP,),
+    shared=lambda GROUP: _pivot_reduction(GROUP),
+)
+
+PERMUTATION_GROUP = 64
+
+LU_PERMUTATION = Kernel(
+    function="lu_permutation",
+    source="lu.metal",
+    args=(Buffer("pivots", "int", const=True), Buffer("permutation", "int"), Scalar("m"), Scalar("k"), Scalar("count")),
+    instances=({"GROUP": PERMUTATION_GROUP},),
+    group_size=PERMUTATION_GROUP,
+    template=lambda GROUP: (GROUP,),
+    dtypes=(torch.int32,),
+)
+
+
+def _small_size(m: int, n: int, dtype: torch.dtype) -> int:
+    """The N of the lu_factor_small instance for m x n, or 0 if none applies."""
+    size = next((s for s in SIZES if max(m, n) <= s), 0)
+    return size if size and LU_FACTOR_SMALL.exists(dtype, N=size) else 0
+
+
+# --- the factorization ---
+
+
+def _lu_factor_body(A: torch.Tensor, pivot: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(LU, pivots, info) of A (*, m, n), as torch.linalg.lu_factor_ex."""
+    a = _checks.resolved(A)
+    *batch, m, n = a.shape
+    k = min(m, n)
+    flat = a.reshape(-1, m, n)
+    count = flat.shape[0]
+    info = torch.zeros(count, dtype=torch.int32, device=a.device)
+    pivots = torch.empty(count, k, dtype=torch.int32, device=a.device)
+    size = _small_size(m, n, a.dtype)
+    if count == 0 or k == 0:
+        lu = flat.clone()
+    elif size:
+        lu = torch.empty_like(flat)
+        for start, stop in pieces(count):
+            launch(
+                LU_FACTOR_SMALL, groups_for(stop - start, TEAMS[size]),
+                flat[start:stop], lu[start:stop], pivots[start:stop], info[start:stop], m, n, stop - start, int(pivot),
+                N=size,
+            )
+    else:
+        lu = flat.clone()
+        for start, stop in pieces(count):
+            _factor_blocked(lu[start:stop], pivots[start:stop], info[start:stop], pivot)
+    return lu.reshape(a.shape), pivots.reshape(*batch, k), info.reshape(batch)
+
+
+def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
+    """Right-looking blocked sgetrf in place on contiguous (count, m, n) ``lu``: per
+    panel of PANEL_WIDTH columns, the panel kernel (interchanges across whole rows),
+    U12 = L11^-1 A12, A22 -= L21 U12."""
+    count, m, n = lu.shape
+    k = min(m, n)
+    group = PANEL_GROUPS[0] if m <= 2 * PANEL_GROUPS[0] else PANEL_GROUPS[1]
+    for j0 in range(0, k, PANEL_WIDTH):
+        w = min(PANEL_WIDTH, k - j0)
+        launch(LU_FACTOR_PANEL, count, lu, pivots, info, m, n, j0, w, int(pivot), GROUP=group)
+        e = j0 + w
+        if e < n:
+            L11 = lu[:, j0:e, j0:e].contiguous()
+            U12 = triangular._solve_left(L11, lu[:, j0:e, e:].contiguous(), upper=False, unit=True)
+            lu[:, j0:e, e:] = U12
+            if e < m:
+                lu[:, e:, e:].baddbmm_(lu[:, e:, j0:e], U12, alpha=-1)
+
+
+def _permutation_body(pivots: torch.Tensor, m: int) -> torch.Tensor:
+    *batch, k = pivots.shape
+    flat = pivots.reshape(-1, k).contiguous()
+    order = torch.empty(flat.shape[0], m, dtype=torch.int32, device=pivots.device)
+    if order.numel():
+        for start, stop in pieces(flat.shape[0]):
+            count = stop - start
+            launch(
+                LU_PERMUTATION, groups_for(count, PERMUTATION_GROUP),
+                flat[start:stop], order[start:stop], m, k, count, GROUP=PERMUTATION_GROUP,
+            )
+    return order.long().reshape(*batch, m)
+
+
+_permutation_op = torch.library.custom_op("mpslinalg::lu_permutation", mutates_args=())(_permutation_body)
+
+
+@_permutation_op.register_fake
+def _(pivots, m):
+    return pivots.new_empty((*pivots.shape[:-1], m), dtype=torch.int64)
+
+
+def _permutation(pivots: torch.Tensor, m: int) -> torch.Tensor:
+    """The row order of P^T A (int64, pivots' batch shape + (m,)): row i of P^T A is
+    row order[i] of A."""
+    return _dispatch.call(torch.ops.mpslinalg.lu_permutation, _permutation_body, pivots, m)
+
+
+def _rows(M: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Rows ``order`` of M: M[..., order, :], batch dims of both broadcast."""
+    batch = torch.broadcast_shapes(M.shape[:-2], order.shape[:-1])
+    index = order[..., :, None].expand(*batch, order.shape[-1], M.shape[-1])
+    return M.expand(*batch, *M.shape[-2:]).gather(-2, index)
+
+
+def _inverse_order(order: torch.Tensor) -> torch.Tensor:
+    return torch.argsort(order, dim=-1)
+
+
+_lu_factor_op = torch.library.custom_op("mpslinalg::lu_factor_ex", mutates_args=())(_lu_factor_body)
+
+
+@_lu_factor_op.register_fake
+def _(A, pivot):
+    *batch, m, n = A.shape
+    return (
+        torch.empty_like(A, memory_format=torch.contiguous_format),
+        A.new_empty((*batch, min(m, n)), dtype=torch.int32),
+        A.new_empty(batch, dtype=torch.int32),
+    )
+
+
+@_lu_factor_op.register_vmap
+def _(info, in_dims, A, pivot):
+    return torch.ops.mpslinalg.lu_factor_ex(A.movedim(in_dims[0], 0), pivot), (0, 0, 0)
+
+
+# --- derivatives (torch's linalg_lu_backward / lu_factor_ex_jvp), with mpslinalg's solves ---
+
+
+def _factors(LU: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """L (m x k, unit lower) and U (k x n, upper) of a packed LU."""
+    m, n = LU.shape[-2:]
+    k = min(m, n)
+    L = LU[..., :, :k].tril(-1) + torch.eye(m, k, dtype=LU.dtype, device=LU.device)
+    return L, LU[..., :k, :].triu()
+
+
+def _solve_lh(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """L^-H B for unit lower L."""
+    return triangular._solve(L.mH, B, True, True, True)
+
+
+def _right_solve_uh(U: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """B U^-H for upper U."""
+    return triangular._solve(U.mH, B, False, False, False)
+
+
+def _lu_vjp(LU: torch.Tensor, pivots: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """The gradient of A from that of the packed LU; gL and gU are grad's strictly
+    lower and upper parts (A = P L U; see docs/architecture.md for the derivation)."""
+    m, n = LU.shape[-2:]
+    k = min(m, n)
+    L, U = _factors(LU)
+    gL, gU = grad[..., :, :k].tril(-1), grad[..., :k, :].triu()
+    if m == n:
+        G = (L.mH @ gL).tril(-1) + (gU @ U.mH).triu()
+        grad_A = _right_solve_uh(U, _solve_lh(L, G))
+    elif m < n:  # U = [U1 | U2]
+        U1, U2, gU1, gU2 = U[..., :k], U[..., k:], gU[..., :k], gU[..., k:]
+        G1 = (L.mH @ gL - gU2 @ U2.mH).tril(-1) + (gU1 @ U1.mH).triu()
+        Y = _solve_lh(L, torch.cat([G1, gU2], dim=-1))
+        grad_A = torch.cat([_right_solve_uh(U1, Y[..., :k]), Y[..., k:]], dim=-1)
+    else:  # L = [L1; L2]
+        L1, L2, gL1, gL2 = L[..., :k, :], L[..., k:, :], gL[..., :k, :], gL[..., k:, :]
+        G1 = (L1.mH @ gL1).tril(-1) + (gU @ U.mH - L2.mH @ gL2).triu()
+        grad_A = _right_solve_uh(U, torch.cat([_solve_lh(L1, G1), gL2], dim=-2))
+    return _rows(grad_A, _inverse_order(_permutation(pivots, m)))
+
+
+def _lu_jvp(LU: torch.Tensor, pivots: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
+    m, n = LU.shape[-2:]
+    k = min(m, n)
+    L, U = _factors(LU)
+    dA = _rows(tangent, _permutation(pivots, m))  # P^T dA
+    L1, U1 = L[..., :k, :], U[..., :, :k]
+    K = triangular._solve(U1, triangular._solve(L1, dA[..., :k, :k], False, True, True), True, False, False)
+    dL1, dU1 = L1 @ K.tril(-1), K.triu() @ U1
+    top = dL1 + dU1
+    if n > k:  # dU2 = L^-1 dA2 - tril_-1(K) U2
+        dU2 = triangular._solve(L1, dA[..., :, k:], False, True, True) - K.tril(-1) @ U[..., k:]
+        return torch.cat([top, dU2], dim=-1)
+    if m > k:  # dL2 = dA2 U^-1 - L2 triu(K)
+        dL2 = triangular._solve(U1, dA[..., k:, :], True, False, False) - L[..., k:, :] @ K.triu()
+        return torch.cat([top, dL2], dim=-2)
+    return top
+
+
+def _lu_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[0], output[1])
+
+
+def _lu_backward(ctx, grad_LU, _grad_pivots, _grad_info):
+    LU, pivots = ctx.saved_tensors
+    return _lu_vjp(LU, pivots, grad_LU), None
+
+
+_lu_factor_op.register_autograd(_lu_backward, setup_context=_lu_setup)
+
+
+class _Factor(torch.autograd.Function):
+    """The op with forward mode and torch.func transforms (see inverse._Inverse)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, pivot):
+        return torch.ops.mpslinalg.lu_factor_ex(A, pivot)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1], output[2])
+        ctx.save_for_backward(output[0], output[1])
+        ctx.save_for_forward(output[0], output[1])
+
+    backward = staticmethod(_lu_backward)
+
+    @staticmethod
+    def jvp(ctx, tangent, _pivot):
+        LU, pivots = ctx.saved_tensors
+        return _lu_jvp(LU, pivots, tangent), None, None
+
+
+def _lu_factor(A: torch.Tensor, pivot: bool):
+    return _dispatch.call(torch.ops.mpslinalg.lu_factor_ex, _lu_factor_body, A, pivot, function=_Factor)
+
+
+# --- solves, determinants and inverses from the factors ---
+
+
+def _lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: bool, adjoint: bool) -> torch.Tensor:
+    """X with A X = B, A^H X = B, X A = B or X A^H = B for A = P L U (sgetrs), as the
+    permutation and two triangular solves on the packed LU: differentiable in LU and B."""
+    order = _permutation(pivots, LU.shape[-1])
+    solve = triangular._solve  # (A, B, upper, left, unit), batch dims broadcast
+    if left and not adjoint:  # X = U^-1 L^-1 P^T B
+        return solve(LU, solve(LU, _rows(B, order), False, True, True), True, True, False)
+    if left:  # X = P L^-H U^-H B
+        LUh = LU.mH
+        return _rows(solve(LUh, solve(LUh, B, False, True, False), True, True, True), _inverse_order(order))
+    if not adjoint:  # X = B U^-1 L^-1 P^T
+        X = solve(LU, solve(LU, B, True, False, False), False, False, True)
+        return _rows(X.mT, _inverse_order(order)).mT
+    LUh = LU.mH  # X = B P L^-H U^-H
+    return solve(LUh, solve(LUh, _rows(B.mT, order).mT, True, False, True), False, False, False)
+
+
+def _parity(pivots: torch.Tensor) -> torch.Tensor:
+    """(-1) ** (number of interchanges), as an integer tensor of pivots' batch shape."""
+    steps = torch.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype, device=pivots.device)
+    return 1 - 2 * ((pivots != steps).sum(-1) % 2)
+
+
+def _slogdet_from(LU: torch.Tensor, pivots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    diagonal = LU.diagonal(dim1=-2, dim2=-1)
+    magnitude = diagonal.abs()
+    phase = torch.where(magnitude == 0, 0, diagonal / torch.where(magnitude == 0, 1, magnitude))
+    sign = phase.prod(-1) * _parity(pivots).to(LU.dtype)
+    return sign, magnitude.log().sum(-1)
+
+
+def _det_from(LU: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
+    return LU.diagonal(dim1=-2, dim2=-1).prod(-1) * _parity(pivots).to(LU.dtype)
+
+
+def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
+    n = LU.shape[-1]
+    identity = torch.eye(n, dtype=LU.dtype, device=LU.device).expand_as(LU)
+    return _lu_solve(LU, pivots, identity, True, adjoint)
+
+
+class _Determinant(torch.autograd.Function):
+    """det from the LU, with torch's gradient g conj(det) A^-H, and 0 at an exactly
+    singular A (torch's first-order backward), instead of what the chain rule
+    through U^-1 would give there."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A):
+        LU, pivots, _ = _lu_factor(A, True)
+        return _det_from(LU, pivots)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output)
+        ctx.save_for_forward(inputs[0], output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        A, det = ctx.saved_tensors
+        inverse, regular = _nonsingular_inverse(A)
+        return torch.where(regular, (grad * det.conj())[..., None, None] * inverse.mH, 0)
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        A, det = ctx.saved_tensors
+        inverse, _ = _nonsingular_inverse(A)
+        return det * (inverse * tangent.mT).sum((-2, -1))
+
+
+def _nonsingular_inverse(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """inv(A) where A is regular and 0 where its LU has a zero pivot, and the mask of
+    the regular ones; singular factors are replaced by I's before solving, so no inf
+    enters a product or, under create_graph, the graph."""
+    LU, pivots, info = _lu_factor(A, True)
+    regular = (info == 0)[..., None, None]
+    n = A.shape[-1]
+    LU = torch.where(regular, LU, torch.eye(n, dtype=A.dtype, device=A.device))
+    pivots = torch.where(regular[..., 0], pivots, torch.arange(1, n + 1, dtype=pivots.dtype, device=A.device))
+    return torch.where(regular, _inverse_from(LU, pivots), 0), regular
+
+
+# --- argument checks, with torch.linalg's messages ---
+
+
+def _kernels_for(A: torch.Tensor) -> bool:
+    """Whether A runs on mpslinalg's kernels (else torch.linalg, which raises its own
+    errors for dtypes it rejects)."""
+    runtime = _dispatch.kernel_runtime(A)
+    return runtime is not None and A.dtype in runtime.dtypes
+
+
+def _check_pair(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: str = "A") -> None:
+    if A.dtype != B.dtype:
+        raise RuntimeError(
+            f"{api}: Expected {a_name} and B to have the same dtype, but found {a_name} of type "
+            f"{_checks.type_name(A.dtype)} and B of type {_checks.type_name(B.dtype)} instead"
+        )
+    if A.device != B.device:
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {B.device} and {A.device}!"
+        )
+    n = A.shape[-1]
+    if (B.shape[-2] if left else B.shape[-1]) != n:
+        equation = "AX = B" if left else "XA = B"
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation {equation} "
+            f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
+        )
+
+
+def _raise_lu_error(api: str, info: torch.Tensor) -> None:
+    """torch.linalg.lu_factor's RuntimeError for the first matrix with a zero pivot."""
+    flat = info.reshape(-1)
+    failed = torch.nonzero(flat > 0)
+    if failed.numel() == 0:
+        return
+    index = int(failed[0, 0])
+    prefix = f"(Batch element {index}): " if info.dim() > 0 else ""
+    i = int(flat[index])
+    raise RuntimeError(
+        f"torch.{api}: {prefix}U[{i},{i}] is zero and using it on lu_solve would result in a division by zero. "
+        "If you still want to perform the factorization, consider calling linalg.lu(A, pivot) or "
+        "linalg.lu_factor_ex(A, pivot)"
+    )
+
+
+def _raise_solve_error(api: str, info: torch.Tensor) -> None:
+    flat = info.reshape(-1)
+    failed = torch.nonzero(flat > 0)
+    if failed.numel() == 0:
+        return
+    prefix = f"(Batch element {int(failed[0, 0])}): " if info.dim() > 0 else ""
+    raise torch.linalg.LinAlgError(f"torch.{api}: {prefix}The solver failed because the input matrix is singular.")
+
+
+def _into(out, results):
+    if out is None:
+        return results
+    return tuple(_checks.into(o, r) for o, r in zip(out, results))
+
+
+# --- public functions ---
+
+
+def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = False, out=None):
+    """LU factorization with partial pivoting and LAPACK's ``info``, like
+    ``torch.linalg.lu_factor_ex``.
+
+    Args:
+        A: ``(*, m, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL); any batch dims, strides and conjugate views.
+        pivot: partial pivoting (True) or none (False, as torch on CUDA).
+        check_errors: raise torch's RuntimeError if a U[i, i] is exactly zero
+            (synchronises with the device).
+
+    Returns:
+        ``(LU, pivots, info)``: L (unit diagonal, not stored) and U packed in LU;
+        pivots ``(*, min(m, n))`` int32, 1-based: row i was interchanged with row
+        ``pivots[i] - 1``; info ``(*)`` int32, the first i with U[i, i] == 0 (1-based),
+        else 0. The pivot is the largest ``|a|`` (``|re| + |im|`` for complex),
+        the lowest row on ties, as LAPACK. Gradients flow to LU (torch's formula:
+        A must have full rank), in reverse and forward mode.
+    """
+    if not _kernels_for(A):
+        return torch.linalg.lu_factor_ex(A, pivot=pivot, check_errors=check_errors, out=out)
+    if A.dim() < 2:
+        raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
+    _checks.out_without_grad("linalg_lu_factor_ex", out, A)
+    LU, pivots, info = _lu_factor(A, pivot)
+    if check_errors:
+        _raise_lu_error("linalg.lu_factor_ex", info)
+    return torch.return_types.linalg_lu_factor_ex(_into(out, (LU, pivots, info)))
+
+
+def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
+    """``(LU, pivots)`` as :func:`lu_factor_ex`, raising torch's RuntimeError when a
+    U[i, i] is exactly zero (which synchronises with the device), like
+    ``torch.linalg.lu_factor``."""
+    if not _kernels_for(A):
+        return torch.linalg.lu_factor(A, pivot=pivot, out=out)
+    if A.dim() < 2:
+        raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
+    _checks.out_without_grad("linalg_lu_factor", out, A)
+    LU, pivots, info = _lu_factor(A, pivot)
+    _raise_lu_error("linalg.lu_factor", info)
+    return torch.return_types.linalg_lu_factor(_into(out, (LU, pivots)))
+
+
+def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
+    """``(P, L, U)`` with A = P L U, like ``torch.linalg.lu``: P ``(*, m, m)`` (empty
+    with ``pivot=False``), L ``(*, m, k)`` unit lower, U ``(*, k, n)``, k = min(m, n).
+    Gradients flow to L and U."""
+    if not _kernels_for(A):
+        return torch.linalg.lu(A, pivot=pivot, out=out)
+    if A.dim() < 2:
+        raise RuntimeError(f"linalg.lu: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
+    _checks.out_without_grad("linalg_lu", out, A)
+    LU, pivots, _ = _lu_factor(A, pivot)
+    L, U = _factors(LU)
+    m = A.shape[-2]
+    if pivot:
+        order = _permutation(pivots, m)
+        P = torch.zeros(*A.shape[:-2], m, m, dtype=A.dtype, device=A.device)
+        P.scatter_(-2, order[..., None, :], 1)  # column i of P is e_order[i]
+    else:
+        P = A.new_empty(0)
+    return torch.return_types.linalg_lu(_into(out, (P, L, U)))
+
+
+def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool = True, adjoint: bool = False, out=None):
+    """Solves A X = B (or A^H X = B with ``adjoint``; X A = B or X A^H = B with
+    ``left=False``) from A's LU factorization, like ``torch.linalg.lu_solve``.
+
+    LU ``(*, n, n)`` and pivots ``(*, n)`` int32 from :func:`lu_factor`; B
+    ``(*, n, k)`` (or ``(*, k, n)``), batch dims broadcast with LU's. A zero
+    pivot gives inf/NaN, no error. Differentiable in LU and B.
+    """
+    if not _kernels_for(LU):
+        return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
+    api = "linalg.lu_solve"
+    if B.dim() < 2:
+        raise RuntimeError(f"{api}: The input tensor B must have at least 2 dimensions.")
+    if LU.dim() < 2:
+        raise RuntimeError(f"{api}: The input tensor A must have at least 2 dimensions.")
+    _checks.square(f"torch.{api}", LU)
+    _check_pair(api, LU, B, left, a_name="LU")
+    if pivots.dtype != torch.int32:
+        raise RuntimeError(f"{api}: pivots should be a Tensor of scalar type torch.int32")
+    if pivots.shape[-1:] != LU.shape[-1:]:
+        raise RuntimeError(f"{api}: Number of pivots per batch should be same as the dimension of the matrix")
+    if pivots.shape[:-1] != LU.shape[:-2]:
+        raise RuntimeError(f"{api}: Expected LU.shape[:-1] and pivots.shape to be the same, but got pivots with shape {tuple(pivots.shape)} instead")
+    _checks.out_without_grad("linalg_lu_solve", out, LU, B)
+    return _checks.into(out, _lu_solve(LU, pivots, B, left, adjoint))
+
+
+def _is_vector_rhs(A: torch.Tensor, B: torch.Tensor) -> bool:
+    return B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+
+
+def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_errors: bool = False, out=None):
+    """``(X, info)`` with A X = B (or X A = B), like ``torch.linalg.solve_ex``: LU with
+    partial pivoting, then the triangular solves; ``info`` as :func:`lu_factor_ex`
+    (X then holds inf/NaN). B may be a vector (``(*, n)``). No host synchronisation
+    unless ``check_errors``. Differentiable in A and B."""
+    if not _kernels_for(A):
+        return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
+    X, info = _solve_ex("linalg.solve", A, B, left)
+    if check_errors:
+        _raise_solve_error("linalg.solve_ex", info)
+    return torch.return_types.linalg_solve_ex(_into(out, (X, info)))
+
+
+def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> torch.Tensor:
+    """X with A X = B (or X A = B), like ``torch.linalg.solve``; raises
+    ``torch.linalg.LinAlgError`` for singular A (a host synchronisation; ``solve_ex``
+    has none)."""
+    if not _kernels_for(A):
+        return torch.linalg.solve(A, B, left=left, out=out)
+    X, info = _solve_ex("linalg.solve", A, B, left)
+    _raise_solve_error("linalg.solve", info)
+    return _checks.into(out, X)
+
+
+def _solve_ex(api: str, A: torch.Tensor, B: torch.Tensor, left: bool):
+    if A.dim() < 2:
+        raise RuntimeError(f"{api}: The input tensor A must have at least 2 dimensions.")
+    _checks.square(api, A)
+    vector = _is_vector_rhs(A, B)
+    if vector and not left:
+        if A.shape[-1] == 1:
+            raise RuntimeError(
+                f"{api}: Vector broadcasting of the left hand side is not supported for left=False. "
+                "In this case linalg.solve is equivalent to B / A.squeeze(-1)"
+            )
+    if vector:
+        B = B.unsqueeze(-1)
+    _check_pair(api, A, B, left)
+    LU, pivots, info = _lu_factor(A, True)
+    X = _lu_solve(LU, pivots, B, left, False)
+    return (X.squeeze(-1) if vector else X), info
+
+
+def lu_inverse_ex(A: torch.Tensor, check_errors: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """(inverse, info) of square A of any size through its LU (sgetrf + sgetrs with
+    B = I, as torch.linalg.inv_ex): inverse.inv_ex's path above the fused kernels'
+    size; ``check_errors`` names the API whose LinAlgError singular input raises."""
+    LU, pivots, info = _lu_factor(A, True)
+    if check_errors:
+        _checks.raise_if_singular(check_errors, info, batched=A.dim() > 2)
+    return _inverse_from(LU, pivots), info
+
+
+def lu_det(A: torch.Tensor) -> torch.Tensor:
+    """det of square A of any size through its LU: inverse.det's path above the fused
+    kernels' size."""
+    if A.shape[-1] == 0:
+        return torch.ones(A.shape[:-2], dtype=A.dtype, device=A.device)
+    return _Determinant.apply(A)
+
+
+def slogdet(A: torch.Tensor, *, out=None):
+    """``(sign, logabsdet)`` of square matrices, like ``torch.linalg.slogdet``: sign has
+    A's dtype (a unit complex number for complex A, 0 if A is singular), logabsdet is
+    real (-inf if singular). From the LU's diagonal and pivots, on the device.
+    Gradients as torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A)."""
+    if not _kernels_for(A):
+        return torch.linalg.slogdet(A, out=out)
+    _checks.square("linalg.slogdet", A)
+    _checks.out_without_grad("_linalg_slogdet", out, A)
+    if A.shape[-1] == 0:
+        sign = torch.ones(A.shape[:-2], dtype=A.dtype, device=A.device)
+        return torch.return_types.linalg_slogdet(_into(out, (sign, sign.real.new_zeros(sign.shape))))
+    LU, pivots, _ = _lu_factor(A, True)
+    return torch.return_types.linalg_slogdet(_into(out, _slogdet_from(LU, pivots)))
+
+
+def logdet(A: torch.Tensor) -> torch.Tensor:
+    """log(det(A)), like ``torch.logdet``: NaN for a real A with negative determinant,
+    -inf for a singular one; complex A gives the complex logarithm."""
+    if not _kernels_for(A):
+        return torch.logdet(A)
+    _checks.square("logdet", A)
+    sign, logabs = slogdet(A)
+    if A.is_complex():
+        return torch.complex(logabs, sign.angle()) if A.shape[-1] else logabs.to(A.dtype)
+    return torch.where(sign < 0, torch.nan, logabs)
