@@ -98,8 +98,8 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool) -> tuple[torch.Tensor, torch.T
     a = _checks.resolved(A)
     *batch, m, n = a.shape
     k = min(m, n)
-    flat = a.reshape(-1, m, n)
-    count = flat.shape[0]
+    count = a.shape[:-2].numel()
+    flat = a.reshape(count, m, n)
     info = torch.zeros(count, dtype=torch.int32, device=a.device)
     pivots = torch.empty(count, k, dtype=torch.int32, device=a.device)
     size = _small_size(m, n, a.dtype)
@@ -141,7 +141,7 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
 
 def _permutation_body(pivots: torch.Tensor, m: int) -> torch.Tensor:
     *batch, k = pivots.shape
-    flat = pivots.reshape(-1, k).contiguous()
+    flat = pivots.reshape(pivots.shape[:-1].numel(), k).contiguous()
     order = torch.empty(flat.shape[0], m, dtype=torch.int32, device=pivots.device)
     if order.numel():
         for start, stop in pieces(flat.shape[0]):
