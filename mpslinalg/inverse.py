@@ -100,6 +100,15 @@ def _(A):
     return A.new_empty(A.shape[:-2])
 
 
+def _det_lu_body(A: torch.Tensor) -> torch.Tensor:
+    LU, pivots, _ = lu_family._lu_factor_body(A, True, "")
+    return lu_family._det_from(LU, pivots)
+
+
+_det_lu = torch.library.custom_op("mpslinalg::det_lu", mutates_args=())(_det_lu_body)
+_det_lu.register_fake(lambda A: A.new_empty(A.shape[:-2]))
+
+
 # Both ops take any batch dims, so vmap's dimension simply becomes the first of them.
 @_inv_small_ex.register_vmap
 def _(info, in_dims, A, check_errors):
@@ -109,6 +118,11 @@ def _(info, in_dims, A, check_errors):
 @_det_small.register_vmap
 def _(info, in_dims, A):
     return torch.ops.mpslinalg.det_small(A.movedim(in_dims[0], 0)), 0
+
+
+@_det_lu.register_vmap
+def _(info, in_dims, A):
+    return torch.ops.mpslinalg.det_lu(A.movedim(in_dims[0], 0)), 0
 
 
 # --- derivatives, written with mpslinalg's own ops so that they run on the same GPU ---
@@ -129,11 +143,11 @@ def _nonsingular_inverse(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     No inf or NaN enters a product, nor, when this is itself differentiated
     (create_graph), the graph: the singular matrices are replaced by I first.
     """
-    inverse, info = _inverse_ex(A, "")
+    inverse, info = _inverse_any(A, "")
     regular = (info == 0)[..., None, None]
     if torch.is_grad_enabled() and A.requires_grad:
         identity = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-        inverse = _inverse_ex(torch.where(regular, A, identity), "")[0]
+        inverse = _inverse_any(torch.where(regular, A, identity), "")[0]
     return torch.where(regular, inverse, 0), regular
 
 
@@ -169,6 +183,7 @@ def _det_backward(ctx, grad):
 
 _inv_small_ex.register_autograd(_inv_backward, setup_context=_inv_setup)
 _det_small.register_autograd(_det_backward, setup_context=_det_setup)
+_det_lu.register_autograd(_det_backward, setup_context=_det_setup)
 
 
 class _Inverse(torch.autograd.Function):
@@ -199,7 +214,7 @@ class _Determinant(torch.autograd.Function):
 
     @staticmethod
     def forward(A):
-        return torch.ops.mpslinalg.det_small(A)
+        return torch.ops.mpslinalg.det_small(A) if A.shape[-1] <= SMALL else torch.ops.mpslinalg.det_lu(A)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -218,7 +233,9 @@ def _inverse_ex(A: torch.Tensor, check_errors: str):
 
 
 def _determinant(A: torch.Tensor) -> torch.Tensor:
-    return _dispatch.call(torch.ops.mpslinalg.det_small, _det_small_body, A, function=_Determinant)
+    if A.shape[-1] <= SMALL:
+        return _dispatch.call(torch.ops.mpslinalg.det_small, _det_small_body, A, function=_Determinant)
+    return _dispatch.call(torch.ops.mpslinalg.det_lu, _det_lu_body, A, function=_Determinant)
 
 
 # --- public functions ---
@@ -291,4 +308,4 @@ def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     if not _kernels_apply("linalg.det", A):
         return torch.linalg.det(A, out=out)
     _checks.out_without_grad("_linalg_det", out, A)
-    return _checks.into(out, _determinant(A) if A.shape[-1] <= SMALL else lu_family.lu_det(A))
+    return _checks.into(out, _determinant(A))

@@ -93,8 +93,10 @@ def _small_size(m: int, n: int, dtype: torch.dtype) -> int:
 # --- the factorization ---
 
 
-def _lu_factor_body(A: torch.Tensor, pivot: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(LU, pivots, info) of A (*, m, n), as torch.linalg.lu_factor_ex."""
+def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(LU, pivots, info) of A (*, m, n), as torch.linalg.lu_factor_ex; if ``check_errors``
+    names an API, raise its error for a zero pivot. The check lives inside the op, so
+    that torch.compile(fullgraph=True) and vmap take it without a graph break."""
     a = _checks.resolved(A)
     *batch, m, n = a.shape
     k = min(m, n)
@@ -117,7 +119,10 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool) -> tuple[torch.Tensor, torch.T
         lu = flat.clone()
         for start, stop in pieces(count):
             _factor_blocked(lu[start:stop], pivots[start:stop], info[start:stop], pivot)
-    return lu.reshape(a.shape), pivots.reshape(*batch, k), info.reshape(batch)
+    info = info.reshape(batch)
+    if check_errors:
+        _ERRORS[check_errors](check_errors, info)
+    return lu.reshape(a.shape), pivots.reshape(*batch, k), info
 
 
 def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
@@ -182,7 +187,7 @@ _lu_factor_op = torch.library.custom_op("mpslinalg::lu_factor_ex", mutates_args=
 
 
 @_lu_factor_op.register_fake
-def _(A, pivot):
+def _(A, pivot, check_errors):
     *batch, m, n = A.shape
     return (
         torch.empty_like(A, memory_format=torch.contiguous_format),
@@ -192,8 +197,8 @@ def _(A, pivot):
 
 
 @_lu_factor_op.register_vmap
-def _(info, in_dims, A, pivot):
-    return torch.ops.mpslinalg.lu_factor_ex(A.movedim(in_dims[0], 0), pivot), (0, 0, 0)
+def _(info, in_dims, A, pivot, check_errors):
+    return torch.ops.mpslinalg.lu_factor_ex(A.movedim(in_dims[0], 0), pivot, check_errors), (0, 0, 0)
 
 
 # --- derivatives (torch's linalg_lu_backward / lu_factor_ex_jvp), with mpslinalg's solves ---
@@ -263,7 +268,7 @@ def _lu_setup(ctx, inputs, output):
 
 def _lu_backward(ctx, grad_LU, _grad_pivots, _grad_info):
     LU, pivots = ctx.saved_tensors
-    return _lu_vjp(LU, pivots, grad_LU), None
+    return _lu_vjp(LU, pivots, grad_LU), None, None
 
 
 _lu_factor_op.register_autograd(_lu_backward, setup_context=_lu_setup)
@@ -275,8 +280,8 @@ class _Factor(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A, pivot):
-        return torch.ops.mpslinalg.lu_factor_ex(A, pivot)
+    def forward(A, pivot, check_errors):
+        return torch.ops.mpslinalg.lu_factor_ex(A, pivot, check_errors)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -287,13 +292,13 @@ class _Factor(torch.autograd.Function):
     backward = staticmethod(_lu_backward)
 
     @staticmethod
-    def jvp(ctx, tangent, _pivot):
+    def jvp(ctx, tangent, _pivot, _check_errors):
         LU, pivots = ctx.saved_tensors
         return _lu_jvp(LU, pivots, tangent), None, None
 
 
-def _lu_factor(A: torch.Tensor, pivot: bool):
-    return _dispatch.call(torch.ops.mpslinalg.lu_factor_ex, _lu_factor_body, A, pivot, function=_Factor)
+def _lu_factor(A: torch.Tensor, pivot: bool = True, check_errors: str = ""):
+    return _dispatch.call(torch.ops.mpslinalg.lu_factor_ex, _lu_factor_body, A, pivot, check_errors, function=_Factor)
 
 
 # --- solves, determinants and inverses from the factors ---
@@ -340,48 +345,6 @@ def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor, adjoint: bool = False)
     return _lu_solve(LU, pivots, identity, True, adjoint)
 
 
-class _Determinant(torch.autograd.Function):
-    """det from the LU, with torch's gradient g conj(det) A^-H, and 0 at an exactly
-    singular A (torch's first-order backward), instead of what the chain rule
-    through U^-1 would give there."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(A):
-        LU, pivots, _ = _lu_factor(A, True)
-        return _det_from(LU, pivots)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0], output)
-        ctx.save_for_forward(inputs[0], output)
-
-    @staticmethod
-    def backward(ctx, grad):
-        A, det = ctx.saved_tensors
-        inverse, regular = _nonsingular_inverse(A)
-        return torch.where(regular, (grad * det.conj())[..., None, None] * inverse.mH, 0)
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        A, det = ctx.saved_tensors
-        inverse, _ = _nonsingular_inverse(A)
-        return det * (inverse * tangent.mT).sum((-2, -1))
-
-
-def _nonsingular_inverse(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """inv(A) where A is regular and 0 where its LU has a zero pivot, and the mask of
-    the regular ones; singular factors are replaced by I's before solving, so no inf
-    enters a product or, under create_graph, the graph."""
-    LU, pivots, info = _lu_factor(A, True)
-    regular = (info == 0)[..., None, None]
-    n = A.shape[-1]
-    LU = torch.where(regular, LU, torch.eye(n, dtype=A.dtype, device=A.device))
-    pivots = torch.where(regular[..., 0], pivots, torch.arange(1, n + 1, dtype=pivots.dtype, device=A.device))
-    return torch.where(regular, _inverse_from(LU, pivots), 0), regular
-
-
 # --- argument checks, with torch.linalg's messages ---
 
 
@@ -409,31 +372,51 @@ def _check_pair(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: 
             f"{api}: Incompatible shapes of A and B for the equation {equation} "
             f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
         )
+    _checks.broadcast_batch(B.shape[:-2], A.shape[:-2])  # torch's error if they do not broadcast
+
+
+def _first_failure(info: torch.Tensor) -> tuple[int, str] | None:
+    """(1-based zero pivot, "(Batch element b): " or "") of the first failed matrix, or
+    None (synchronises with the device)."""
+    flat = info.reshape(-1)
+    failed = torch.nonzero(flat > 0)
+    if failed.numel() == 0:
+        return None
+    index = int(failed[0, 0])
+    return int(flat[index]), f"(Batch element {index}): " if info.dim() > 0 else ""
 
 
 def _raise_lu_error(api: str, info: torch.Tensor) -> None:
     """torch.linalg.lu_factor's RuntimeError for the first matrix with a zero pivot."""
-    flat = info.reshape(-1)
-    failed = torch.nonzero(flat > 0)
-    if failed.numel() == 0:
-        return
-    index = int(failed[0, 0])
-    prefix = f"(Batch element {index}): " if info.dim() > 0 else ""
-    i = int(flat[index])
-    raise RuntimeError(
-        f"torch.{api}: {prefix}U[{i},{i}] is zero and using it on lu_solve would result in a division by zero. "
-        "If you still want to perform the factorization, consider calling linalg.lu(A, pivot) or "
-        "linalg.lu_factor_ex(A, pivot)"
-    )
+    failure = _first_failure(info)
+    if failure:
+        i, prefix = failure
+        raise RuntimeError(
+            f"torch.{api}: {prefix}U[{i},{i}] is zero and using it on lu_solve would result in a division by zero. "
+            "If you still want to perform the factorization, consider calling linalg.lu(A, pivot) or "
+            "linalg.lu_factor_ex(A, pivot)"
+        )
 
 
 def _raise_solve_error(api: str, info: torch.Tensor) -> None:
-    flat = info.reshape(-1)
-    failed = torch.nonzero(flat > 0)
-    if failed.numel() == 0:
-        return
-    prefix = f"(Batch element {int(failed[0, 0])}): " if info.dim() > 0 else ""
-    raise torch.linalg.LinAlgError(f"torch.{api}: {prefix}The solver failed because the input matrix is singular.")
+    failure = _first_failure(info)
+    if failure:
+        raise torch.linalg.LinAlgError(f"torch.{api}: {failure[1]}The solver failed because the input matrix is singular.")
+
+
+def _raise_inverse_error(api: str, info: torch.Tensor) -> None:
+    _checks.raise_if_singular(api, info, batched=info.dim() > 0)
+
+
+# How each API that checks reports a singular matrix.
+_ERRORS = {
+    "linalg.lu_factor": _raise_lu_error,
+    "linalg.lu_factor_ex": _raise_lu_error,
+    "linalg.solve": _raise_solve_error,
+    "linalg.solve_ex": _raise_solve_error,
+    "linalg.inv": _raise_inverse_error,
+    "linalg.inv_ex": _raise_inverse_error,
+}
 
 
 def _into(out, results):
@@ -469,9 +452,7 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu_factor_ex", out, A)
-    LU, pivots, info = _lu_factor(A, pivot)
-    if check_errors:
-        _raise_lu_error("linalg.lu_factor_ex", info)
+    LU, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor_ex" if check_errors else "")
     return torch.return_types.linalg_lu_factor_ex(_into(out, (LU, pivots, info)))
 
 
@@ -484,8 +465,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu_factor", out, A)
-    LU, pivots, info = _lu_factor(A, pivot)
-    _raise_lu_error("linalg.lu_factor", info)
+    LU, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor")
     return torch.return_types.linalg_lu_factor(_into(out, (LU, pivots)))
 
 
@@ -548,9 +528,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     unless ``check_errors``. Differentiable in A and B."""
     if not _kernels_for(A):
         return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
-    X, info = _solve_ex("linalg.solve", A, B, left)
-    if check_errors:
-        _raise_solve_error("linalg.solve_ex", info)
+    X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve_ex" if check_errors else "")
     return torch.return_types.linalg_solve_ex(_into(out, (X, info)))
 
 
@@ -560,12 +538,11 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> t
     has none)."""
     if not _kernels_for(A):
         return torch.linalg.solve(A, B, left=left, out=out)
-    X, info = _solve_ex("linalg.solve", A, B, left)
-    _raise_solve_error("linalg.solve", info)
+    X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve")
     return _checks.into(out, X)
 
 
-def _solve_ex(api: str, A: torch.Tensor, B: torch.Tensor, left: bool):
+def _solve_ex(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: str):
     if A.dim() < 2:
         raise RuntimeError(f"{api}: The input tensor A must have at least 2 dimensions.")
     _checks.square(api, A)
@@ -579,7 +556,7 @@ def _solve_ex(api: str, A: torch.Tensor, B: torch.Tensor, left: bool):
     if vector:
         B = B.unsqueeze(-1)
     _check_pair(api, A, B, left)
-    LU, pivots, info = _lu_factor(A, True)
+    LU, pivots, info = _lu_factor(A, True, check_errors)
     X = _lu_solve(LU, pivots, B, left, False)
     return (X.squeeze(-1) if vector else X), info
 
@@ -588,18 +565,8 @@ def lu_inverse_ex(A: torch.Tensor, check_errors: str = "") -> tuple[torch.Tensor
     """(inverse, info) of square A of any size through its LU (sgetrf + sgetrs with
     B = I, as torch.linalg.inv_ex): inverse.inv_ex's path above the fused kernels'
     size; ``check_errors`` names the API whose LinAlgError singular input raises."""
-    LU, pivots, info = _lu_factor(A, True)
-    if check_errors:
-        _checks.raise_if_singular(check_errors, info, batched=A.dim() > 2)
+    LU, pivots, info = _lu_factor(A, True, check_errors)
     return _inverse_from(LU, pivots), info
-
-
-def lu_det(A: torch.Tensor) -> torch.Tensor:
-    """det of square A of any size through its LU: inverse.det's path above the fused
-    kernels' size."""
-    if A.shape[-1] == 0:
-        return torch.ones(A.shape[:-2], dtype=A.dtype, device=A.device)
-    return _Determinant.apply(A)
 
 
 def slogdet(A: torch.Tensor, *, out=None):

@@ -129,8 +129,48 @@ def solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor, upper: bool, 
     if unit:
         idx = np.arange(a.shape[-1])
         t[..., idx, idx] = 1
+    return _column_ratio(t, x, b, left, A.dtype)
+
+
+def _column_ratio(a: np.ndarray, x: np.ndarray, b: np.ndarray, left: bool, dtype: torch.dtype) -> float:
+    """max_j ||b_j - a x_j||_1 / (||a||_1 ||x_j||_1 eps) of a X = B, or of X a = B
+    taken on the transposed system; 1/eps for a residual with a zero scale."""
     if not left:
-        t, x, b = np.swapaxes(t, -1, -2), np.swapaxes(x, -1, -2), np.swapaxes(b, -1, -2)
-    residual = np.abs(b - t @ x).sum(-2)  # per column
-    scale = norm1(t)[..., None] * np.abs(x).sum(-2) * eps(A.dtype)
+        a, x, b = np.swapaxes(a, -1, -2), np.swapaxes(x, -1, -2), np.swapaxes(b, -1, -2)
+    residual = np.abs(b - a @ x).sum(-2)  # per column
+    scale = norm1(a)[..., None] * np.abs(x).sum(-2) * eps(dtype)
+    return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), np.where(residual > 0, 1 / eps(dtype), 0))))
+
+
+def lu_ratio(A: torch.Tensor, LU: torch.Tensor, pivots: torch.Tensor) -> float:
+    """LAPACK sget01: max over the batch of ||P L U - A||_1 / (n ||A||_1 eps), the
+    interchanges undone in float64 (1/eps for a nonzero residual of a zero A)."""
+    a, lu = exact(A), exact(LU)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    if a.size == 0 or k == 0:
+        return 0.0
+    lower = np.tril(lu[..., :, :k], -1) + np.eye(m, k)
+    product = lower @ np.triu(lu[..., :k, :])
+    order = np.broadcast_to(np.arange(m), a.shape[:-1]).copy()
+    piv = pivots.cpu().numpy().astype(np.int64) - 1
+    for j in range(k):  # slaswp, backwards: row order of P^T A
+        here = np.take_along_axis(order, piv[..., j : j + 1], -1)
+        there = order[..., j : j + 1].copy()
+        order[..., j : j + 1] = here
+        np.put_along_axis(order, piv[..., j : j + 1], there, -1)
+    rows = np.take_along_axis(a, order[..., None], -2)  # P^T A
+    residual = norm1(product - rows)
+    scale = n * norm1(a) * eps(A.dtype)
     return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), np.where(residual > 0, 1 / eps(A.dtype), 0))))
+
+
+def general_solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor, left: bool = True, adjoint: bool = False) -> float:
+    """LAPACK sget02: max_j ||b_j - op(A) x_j||_1 / (||op(A)||_1 ||x_j||_1 eps) for
+    op(A) X = B (``left``) or X op(A) = B, op(A) = A or A^H; batch dims broadcast."""
+    a, x, b = exact(A), exact(X), exact(B)
+    if a.shape[-1] == 0 or x.size == 0:
+        return 0.0
+    if adjoint:
+        a = np.conj(np.swapaxes(a, -1, -2))
+    return _column_ratio(a, x, b, left, A.dtype)
