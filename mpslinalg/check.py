@@ -20,6 +20,7 @@ import mpslinalg as LA
 from . import testing
 from ._dispatch import backends, use_backend
 from .inverse import SMALL
+from .lu_family import SIZES as LU_SIZES
 
 
 @dataclass
@@ -84,9 +85,10 @@ def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
                 ("det", lambda: LA.det(A), lambda d: testing.det_ratio(A, d)),
             ]:
                 result, seconds = _timed(device, call)
-                via = "kernel" if n <= SMALL else "torch.linalg"
+                via = "fused kernel" if n <= SMALL else "LU kernels"
                 results.append(Row(name, str(dtype).removeprefix("torch."), shape, ratio(result), testing.THRESHOLD, seconds, via))
         results += _triangular_rows(device, dtype, rng)
+        results += _lu_rows(device, dtype, rng)
         singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
         _, seconds = _timed(device, lambda: LA.inv_ex(singular))
         results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
@@ -124,6 +126,38 @@ def _triangular_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]
         got = out.cpu().double().view(2, 4, 64, 4, 64).permute(0, 1, 3, 2, 4)
         ratio = (got - reference).abs().max().item() / (64 * testing.eps(dtype) * reference.abs().max().item())
         results.append(Row("solve_tril", name, "2x256x4x64", ratio, testing.THRESHOLD, seconds))
+    return results
+
+
+def _lu_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+    """lu_factor (sget01), lu_solve in its four forms and solve (sget02), inv (sget03),
+    det, on the small kernel's sizes and on the blocked path."""
+    results = []
+    name = str(dtype).removeprefix("torch.")
+    for count, m, n in [(500, 8, 8), (500, 32, 32), (200, 64, 64), (200, 40, 25), (200, 25, 40), (4, 200, 200), (2, 300, 150)]:
+        A = testing.batch_of((count,), n, dtype, rng, cond=1e3) if m == n else torch.randn(count, m, n, dtype=dtype)
+        A = A.to(device)
+        via = "small kernel" if max(m, n) <= LU_SIZES[-1] else "blocked"
+        (LU, pivots, _), seconds = _timed(device, lambda: LA.lu_factor_ex(A))
+        shape = f"{count}x{m}x{n}"
+        results.append(Row("lu_factor_ex", name, shape, testing.lu_ratio(A, LU, pivots), testing.THRESHOLD, seconds, via))
+        if m != n:
+            continue
+        B = torch.randn(count, n, 8, dtype=dtype).to(device)
+        for left, adjoint in [(True, False), (True, True), (False, False), (False, True)]:
+            rhs = B if left else B.mT
+            X, seconds = _timed(device, lambda: LA.lu_solve(LU, pivots, rhs, left=left, adjoint=adjoint))
+            flags = ("left" if left else "right") + (" adjoint" if adjoint else "")
+            ratio = testing.general_solve_ratio(A, X, rhs, left, adjoint)
+            results.append(Row("lu_solve", name, f"{shape} 8 rhs {flags}", ratio, testing.THRESHOLD, seconds, via))
+        X, seconds = _timed(device, lambda: LA.solve(A, B))
+        results.append(Row("solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
+        X, seconds = _timed(device, lambda: LA.inv(A))
+        results.append(Row("inv", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
+        # Singular values 2 .. 1/2 (det near 1 at every n, away from over- and underflow).
+        D = testing.batch_of((count,), n, dtype, rng, cond=4, scale=2).to(device)
+        d, seconds = _timed(device, lambda: LA.det(D))
+        results.append(Row("det", name, shape, testing.det_ratio(D, d), testing.THRESHOLD, seconds, via))
     return results
 
 
