@@ -8,7 +8,7 @@ leaves the device time alone. Effective bandwidth counts each input byte read
 once and each output byte written once; the fraction is of the device's
 memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
 
-Families: inv, triangular.
+Families: inv, triangular, lu.
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ import mpslinalg as LA
 from .check import best_runtime
 
 # The row each case's speed-up is measured against.
-BASELINES = ("torch.linalg.inv", "torch.linalg.solve_triangular")
+BASELINES = (
+    "torch.linalg.inv",
+    "torch.linalg.solve_triangular",
+    "torch.linalg.lu_factor",
+    "torch.linalg.lu_solve",
+    "torch.linalg.det",
+)
 
 # Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
 PEAK_BANDWIDTH = {
@@ -222,7 +228,46 @@ def bench_triangular(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
-FAMILIES = {"inv": bench_inv, "triangular": bench_triangular}
+def bench_lu(device: torch.device, batch: int) -> list[Result]:
+    """lu_factor, lu_solve (8 right-hand sides) and det on 10^4 small matrices, and
+    lu_factor on single large ones; a case per function, each against its torch.linalg namesake."""
+    results = []
+    count = 10_000 if device.type != "cpu" else 256
+    for dtype in (torch.complex64, torch.float32):
+        kind = str(dtype).removeprefix("torch.")
+        for n in (8, 16, 32, 64):
+            generator = torch.Generator(device).manual_seed(n)
+            A = torch.randn(count, n, n, dtype=dtype, device=device, generator=generator)
+            B = torch.randn(count, n, 8, dtype=dtype, device=device, generator=generator)
+            LU, pivots = torch.linalg.lu_factor(A)
+            item = A.element_size()
+            matrices, rhs = count * n * n * item, count * n * 8 * item
+            shape = f"{count} x {n}x{n} {kind}"
+            results += measure("lu", f"{shape} lu_factor", [
+                ("mpslinalg.lu_factor", lambda: LA.lu_factor(A), 2 * matrices + 4 * count * n),
+                ("torch.linalg.lu_factor", lambda: torch.linalg.lu_factor(A), 2 * matrices + 4 * count * n),
+            ], device)
+            results += measure("lu", f"{shape} lu_solve, 8 rhs", [
+                ("mpslinalg.lu_solve", lambda: LA.lu_solve(LU, pivots, B), matrices + 4 * count * n + 2 * rhs),
+                ("torch.linalg.lu_solve", lambda: torch.linalg.lu_solve(LU, pivots, B), matrices + 4 * count * n + 2 * rhs),
+            ], device)
+            results += measure("lu", f"{shape} det", [
+                ("mpslinalg.det", lambda: LA.det(A), matrices + count * item),
+                ("torch.linalg.det", lambda: torch.linalg.det(A), matrices + count * item),
+            ], device)
+    if device.type != "cpu":
+        for dtype in (torch.complex64, torch.float32):
+            for n in (1024, 4096):
+                A = torch.randn(n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
+                nbytes = 2 * A.numel() * A.element_size() + 4 * n
+                results += measure("lu", f"{n}x{n} {str(dtype).removeprefix('torch.')} lu_factor", [
+                    ("mpslinalg.lu_factor", lambda: LA.lu_factor(A), nbytes),
+                    ("torch.linalg.lu_factor", lambda: torch.linalg.lu_factor(A), nbytes),
+                ], device, loop=3, repeats=3)
+    return results
+
+
+FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:
