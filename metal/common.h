@@ -87,6 +87,12 @@ METAL_FUNC complex_t<R> conj(complex_t<R> z) {
   return {z.re, -z.im};
 }
 
+// A complex value moves between lanes as its two parts.
+template <typename R>
+METAL_FUNC complex_t<R> simd_shuffle(complex_t<R> z, ushort lane) {
+  return {simd_shuffle(z.re, lane), simd_shuffle(z.im, lane)};
+}
+
 // |re| + |im|: the magnitude LAPACK's isamax/icamax compare when pivoting.
 template <typename R>
 METAL_FUNC R abs1(R x) {

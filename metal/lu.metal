@@ -33,34 +33,38 @@ METAL_FUNC bool better(pivot_key<R> a, pivot_key<R> b) {
   return a.value > b.value || (a.value == b.value && a.position < b.position);
 }
 
-// The best key of a team of TEAM threads (t = 0..TEAM-1), through threadgroup
-// memory: SPAN-wide groups are reduced by TEAM / SPAN leaders, whose results
-// every thread then reduces. values/positions hold TEAM entries, the leaders'
-// arrays TEAM / SPAN; two barriers, which every thread of the threadgroup reaches.
-template <typename R, int TEAM>
-METAL_FUNC pivot_key<R> team_best(pivot_key<R> mine, int t, threadgroup R* values, threadgroup int* positions,
-                                  threadgroup R* leader_values, threadgroup int* leader_positions) {
-  const int SPAN = TEAM < 8 ? TEAM : 8;
-  const int LEADERS = TEAM / SPAN;
-  // Stored span-major, so that the leaders' reads fall in distinct banks.
-  values[(t % SPAN) * LEADERS + t / SPAN] = mine.value;
-  positions[(t % SPAN) * LEADERS + t / SPAN] = mine.position;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (t < LEADERS) {
-    pivot_key<R> best = {values[t], positions[t]};
-    for (int s = 1; s < SPAN; ++s) {
-      const pivot_key<R> other = {values[s * LEADERS + t], positions[s * LEADERS + t]};
-      if (better(other, best)) {
-        best = other;
-      }
+// The best key among aligned runs of LANES <= 32 lanes of a SIMD group, by a
+// butterfly of shuffles: every lane of a run ends with the same key, with no
+// barrier. (better is a total order on keys, so the result is the maximum.)
+template <typename R, int LANES>
+METAL_FUNC pivot_key<R> simd_best(pivot_key<R> mine) {
+  #pragma unroll
+  for (int offset = LANES / 2; offset > 0; offset /= 2) {
+    const pivot_key<R> other = {simd_shuffle_xor(mine.value, ushort(offset)),
+                                simd_shuffle_xor(mine.position, ushort(offset))};
+    if (better(other, mine)) {
+      mine = other;
     }
-    leader_values[t] = best.value;
-    leader_positions[t] = best.position;
+  }
+  return mine;
+}
+
+// The best key of a threadgroup of GROUP threads: each SIMD group's best, then
+// theirs through threadgroup memory (GROUP / 32 entries). One barrier; callers
+// put another barrier between two calls.
+template <typename R, int GROUP>
+METAL_FUNC pivot_key<R> group_best(pivot_key<R> mine, thread_position pos, threadgroup R* values,
+                                   threadgroup int* positions) {
+  const int SIMDS = GROUP / 32;
+  mine = simd_best<R, 32>(mine);
+  if (pos.simd_lane == 0) {
+    values[pos.simd_group] = mine.value;
+    positions[pos.simd_group] = mine.position;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  pivot_key<R> best = {leader_values[0], leader_positions[0]};
-  for (int s = 1; s < LEADERS; ++s) {
-    const pivot_key<R> other = {leader_values[s], leader_positions[s]};
+  pivot_key<R> best = {values[0], positions[0]};
+  for (int s = 1; s < SIMDS; ++s) {
+    const pivot_key<R> other = {values[s], positions[s]};
     if (better(other, best)) {
       best = other;
     }
@@ -71,41 +75,65 @@ METAL_FUNC pivot_key<R> team_best(pivot_key<R> mine, int t, threadgroup R* value
 // The multiplier x / pivot, as sgetf2 forms it: by the reciprocal unless that
 // overflows; a zero pivot leaves its column as it is.
 template <typename T>
-METAL_FUNC T multiplier(T x, T pivot) {
+struct pivot_divisor {
+  T pivot;
+  T reciprocal;
+  bool by_reciprocal;
+  bool zero;
+};
+
+template <typename T>
+METAL_FUNC pivot_divisor<T> divisor(T pivot) {
   typedef typename scalar_traits<T>::real R;
-  if (pivot == scalar_traits<T>::from_real(R(0))) {
+  const T one = scalar_traits<T>::from_real(R(1));
+  return {pivot, one / pivot, has_safe_reciprocal(pivot), pivot == scalar_traits<T>::from_real(R(0))};
+}
+
+template <typename T>
+METAL_FUNC T multiplier(T x, pivot_divisor<T> d) {
+  if (d.zero) {
     return x;
   }
-  return has_safe_reciprocal(pivot) ? x * (scalar_traits<T>::from_real(R(1)) / pivot) : x / pivot;
+  return d.by_reciprocal ? x * d.reciprocal : x / d.pivot;
+}
+
+// Element k of the pivot row: from its lane (the team in one SIMD group), or
+// from the slot its SIMD group offered it in.
+template <typename T, int SIMDS>
+METAL_FUNC T pivot_row_element(T mine, int source_lane, threadgroup T* source_row, int k) {
+  if (SIMDS == 1) {
+    return simd_shuffle(mine, ushort(source_lane));
+  }
+  const T offered = source_row[k];
+  return offered;
 }
 
 // sgetf2 / cgetf2 for m x n matrices with m, n <= N, a team of N threads per
 // matrix and TEAMS teams per threadgroup. Thread t holds row t in registers, in
 // blocks of CB columns (the block loop is unrolled, so every index is static,
 // and the step loop inside a block is not). Rows never move: each thread tracks
-// its row's position, the pivot row is broadcast through threadgroup memory,
-// and every row is stored at its final position. Three barriers a step.
+// its row's position and every row is stored at its final position.
+// A team of N <= 32 lies in one SIMD group: the pivot is found by a butterfly and
+// the pivot row read from its lane by shuffles, with no barrier. A team of 64 is
+// two SIMD groups: each offers its best row through threadgroup memory, double
+// buffered by step parity, so that one barrier a step suffices.
 //   a, lu: count x m x n; pivots: count x min(m, n) (1-based); info: count.
 //   pivoting = 0 factors without row interchanges (pivots are then 1..k).
 template <typename T, int N, int TEAMS>
 METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* pivots, device int* info, int m, int n,
-                                int count, int pivoting, threadgroup typename scalar_traits<T>::real* values,
-                                threadgroup int* positions, threadgroup typename scalar_traits<T>::real* leader_values,
-                                threadgroup int* leader_positions, threadgroup T* pivot_rows, thread_position pos) {
+                                int count, int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
+                                threadgroup int* offered_positions, threadgroup T* offered_rows, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int CB = N < 8 ? N : 8;
-  const int LEADERS = N / (N < 8 ? N : 8);
+  const int LANES = N < 32 ? N : 32;  // a team's lanes in one SIMD group
+  const int SIMDS = N / LANES;        // SIMD groups per team: 1, or 2 when N = 64
   const int team = int(pos.thread_index) / N;
   const int t = int(pos.thread_index) % N;
+  const int lane = int(pos.simd_lane);
   const long matrix = long(pos.group_index) * TEAMS + team;
-  // Threads of a matrix past the batch end still reach every barrier.
+  // Threads of a matrix past the batch end take part in every shuffle and barrier.
   const bool active = matrix < count && t < m;
   const int steps = min(m, n);
-  threadgroup R* my_values = values + team * N;
-  threadgroup int* my_positions = positions + team * N;
-  threadgroup R* my_leader_values = leader_values + team * LEADERS;
-  threadgroup int* my_leader_positions = leader_positions + team * LEADERS;
-  threadgroup T* pivot_row = pivot_rows + team * N;
   const T zero = scalar_traits<T>::from_real(R(0));
 
   T row[N];
@@ -130,41 +158,71 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
         }
       }
       const bool eligible = active && (pivoting ? position >= j : position == j);
-      const pivot_key<R> best = team_best<R, N>(candidate(x, position, eligible), t, my_values, my_positions,
-                                                my_leader_values, my_leader_positions);
-      const int p = best.position;
-      const bool winner = active && position == p;
-      if (winner) {
-        #pragma unroll
-        for (int k = c * CB; k < N; ++k) {
-          pivot_row[k] = row[k];
+      pivot_key<R> best = candidate(x, position, eligible);
+      // The lane rides in the key's low bits; positions are distinct, so the order is kept.
+      if (eligible) {
+        best.position = best.position * 32 + lane;
+      }
+      best = simd_best<R, LANES>(best);
+      // Where the pivot row is read from: its lane (one SIMD group), or the slot
+      // its SIMD group offered it in (two).
+      int source_lane = best.position % 32;
+      threadgroup T* source_row = offered_rows;
+      if (SIMDS == 2) {
+        const int slot = team * 4 + (j % 2) * 2;
+        const int simd = t / 32;  // which of the team's two SIMD groups
+        if (lane == 0) {
+          offered_values[slot + simd] = best.value;
+          offered_positions[slot + simd] = best.position;
         }
+        if (eligible && lane == source_lane && position == best.position / 32) {
+          #pragma unroll
+          for (int k = c * CB; k < N; ++k) {
+            offered_rows[(slot + simd) * N + k] = row[k];
+          }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        const pivot_key<R> first = {offered_values[slot], offered_positions[slot]};
+        const pivot_key<R> second = {offered_values[slot + 1], offered_positions[slot + 1]};
+        const bool from_second = better(second, first);
+        best = from_second ? second : first;
+        source_row = offered_rows + (slot + (from_second ? 1 : 0)) * N;
+      }
+      const int p = best.position / 32;
+      const T pivot = pivot_row_element<T, SIMDS>(x, source_lane, source_row, j);
+      if (matrix < count && t == 0) {
         pivots[matrix * steps + j] = p + 1;
       }
-      threadgroup_barrier(mem_flags::mem_threadgroup);
+      const bool winner = active && position == p;
       if (position == j) {
         position = p;
       }
       if (winner) {
         position = j;
       }
-      const T pivot = pivot_row[j];
       if (first_zero == 0 && pivot == zero) {
         first_zero = j + 1;
       }
-      if (active && position > j) {
-        const T l = multiplier(x, pivot);
-        #pragma unroll
-        for (int kk = 0; kk < CB; ++kk) {
-          if (kk == jj) {
-            row[c * CB + kk] = l;
-          } else if (kk > jj) {
-            row[c * CB + kk] = row[c * CB + kk] - l * pivot_row[c * CB + kk];
+      // The pivot row is not updated (its position is now j), so every shuffle
+      // below reads its values from before this step.
+      const bool update = active && position > j;
+      const T l = multiplier(x, divisor(pivot));
+      #pragma unroll
+      for (int kk = 0; kk < CB; ++kk) {
+        if (kk == jj && update) {
+          row[c * CB + kk] = l;
+        } else if (kk > jj) {
+          const T u = pivot_row_element<T, SIMDS>(row[c * CB + kk], source_lane, source_row, c * CB + kk);
+          if (update) {
+            row[c * CB + kk] = row[c * CB + kk] - l * u;
           }
         }
-        #pragma unroll
-        for (int k = (c + 1) * CB; k < N; ++k) {
-          row[k] = row[k] - l * pivot_row[k];
+      }
+      #pragma unroll
+      for (int k = (c + 1) * CB; k < N; ++k) {
+        const T u = pivot_row_element<T, SIMDS>(row[k], source_lane, source_row, k);
+        if (update) {
+          row[k] = row[k] - l * u;
         }
       }
     }
@@ -182,56 +240,110 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
   }
 }
 
-// sgetf2 on the panel of columns [j0, j0 + w) of each m x n matrix (its rows j0..m-1),
-// in place in device memory, one threadgroup of GROUP threads per matrix: the
-// panel kernel of the blocked sgetrf. Each interchange swaps whole rows, which
-// applies the panel's pivots to the columns left and right of it too (getrf's
-// slaswp calls). info must hold 0 or an earlier panel's first zero pivot.
+// sgetf2 on the panel of columns [j0, j0 + w), w <= 32, of each m x n matrix (its
+// rows j0..m-1), in place in device memory, one threadgroup of GROUP threads per
+// matrix: the panel kernel of the blocked sgetrf. Lane c of each SIMD group owns
+// column j0 + c, and SIMD group g rows g, g + GROUP / 32, ..., so that every
+// access to a row of the panel is one contiguous run. The search for the next
+// pivot rides on the update of its column. Interchanges swap the panel's part of
+// the rows only; lu_swap_rows applies them to the other columns (slaswp).
+// info must hold 0 or an earlier panel's first zero pivot.
 //   a: count x m x n; pivots: count x min(m, n); info: count.
 template <typename T, int GROUP>
 METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
                                 int pivoting, threadgroup typename scalar_traits<T>::real* values,
-                                threadgroup int* positions, threadgroup typename scalar_traits<T>::real* leader_values,
-                                threadgroup int* leader_positions, thread_position pos) {
+                                threadgroup int* positions, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
-  const int t = int(pos.thread_index);
+  const int SIMDS = GROUP / 32;
+  const int lane = int(pos.simd_lane);
+  const int first_row = int(pos.simd_group);
   const int steps = min(m, n);
   device T* A = a + long(pos.group_index) * m * n;
   device int* ipiv = pivots + long(pos.group_index) * steps;
   const int last = min(j0 + w, steps);
-  const int columns = min(j0 + w, n);
+  const int k = j0 + lane;  // this lane's column
+  const bool owns_column = lane < w && k < n;
+  const T zero = scalar_traits<T>::from_real(R(0));
+
+  // The first column's candidates; later columns' come with their update.
+  pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
+  for (int i = j0 + int(pos.thread_index); i < (pivoting ? m : j0 + 1); i += GROUP) {
+    const pivot_key<R> other = candidate(A[long(i) * n + j0], i, true);
+    if (better(other, mine)) {
+      mine = other;
+    }
+  }
   for (int j = j0; j < last; ++j) {
-    pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
-    for (int i = j + t; i < (pivoting ? m : j + 1); i += GROUP) {
-      const pivot_key<R> other = candidate(A[long(i) * n + j], i, true);
-      if (better(other, mine)) {
-        mine = other;
-      }
+    const int p = group_best<R, GROUP>(mine, pos, values, positions).position;
+    if (p != j && int(pos.simd_group) == 0 && owns_column) {
+      const T swapped = A[long(j) * n + k];
+      A[long(j) * n + k] = A[long(p) * n + k];
+      A[long(p) * n + k] = swapped;
     }
-    const int p = team_best<R, GROUP>(mine, t, values, positions, leader_values, leader_positions).position;
-    if (p != j) {
-      for (int k = t; k < n; k += GROUP) {
-        const T swapped = A[long(j) * n + k];
-        A[long(j) * n + k] = A[long(p) * n + k];
-        A[long(p) * n + k] = swapped;
-      }
-    }
-    if (t == 0) {
+    if (pos.thread_index == 0) {
       ipiv[j] = p + 1;
     }
     threadgroup_barrier(mem_flags::mem_device);
     const T pivot = A[long(j) * n + j];
-    if (t == 0 && info[pos.group_index] == 0 && pivot == scalar_traits<T>::from_real(R(0))) {
+    if (pos.thread_index == 0 && info[pos.group_index] == 0 && pivot == zero) {
       info[pos.group_index] = j + 1;
     }
-    for (int i = j + 1 + t; i < m; i += GROUP) {
-      const T l = multiplier(A[long(i) * n + j], pivot);
-      A[long(i) * n + j] = l;
-      for (int k = j + 1; k < columns; ++k) {
-        A[long(i) * n + k] = A[long(i) * n + k] - l * A[long(j) * n + k];
+    const pivot_divisor<T> d = divisor(pivot);
+    T u = zero;
+    if (owns_column) {
+      u = A[long(j) * n + k];
+    }
+    const int next = j + 1 - j0;  // the lane of the next pivot's column
+    mine = {R(-1), NO_PIVOT_POSITION};
+    for (int i = j + 1 + first_row; i < m; i += SIMDS) {
+      T own = zero;
+      if (owns_column) {
+        own = A[long(i) * n + k];
+      }
+      const T l = multiplier(simd_shuffle(own, ushort(j - j0)), d);
+      T updated = l;  // column j takes its multiplier; columns left of j are not stored
+      if (k > j) {
+        updated = own - l * u;
+      }
+      if (owns_column && k >= j) {
+        A[long(i) * n + k] = updated;
+      }
+      if (lane == next && (pivoting || i == j + 1)) {
+        const pivot_key<R> other = candidate(updated, i, true);
+        if (better(other, mine)) {
+          mine = other;
+        }
       }
     }
     threadgroup_barrier(mem_flags::mem_device);
+  }
+}
+
+// slaswp: the interchanges pivots[j0 .. j0 + w) applied, in order, to the columns
+// outside the panel's of each m x n real matrix (a complex matrix is passed as a
+// real one of twice the width, parts = 2, since interchanges only move data); a
+// thread per column, GROUP columns per threadgroup, a matrix's threadgroups
+// consecutive.
+//   a: count x m x n; pivots: count x k (1-based).
+template <typename T, int GROUP>
+METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n, int k, int j0, int w, int parts,
+                             int groups_per_matrix, thread_position pos) {
+  const long matrix = pos.group_index / groups_per_matrix;
+  int column = int(pos.group_index % groups_per_matrix) * GROUP + int(pos.thread_index);
+  // The grid covers the n - parts * w columns outside the panel.
+  column = column < parts * j0 ? column : column + parts * w;
+  if (column >= n) {
+    return;
+  }
+  device T* A = a + matrix * m * n;
+  const device int* ipiv = pivots + matrix * k;
+  for (int j = j0; j < j0 + w; ++j) {
+    const int p = ipiv[j] - 1;
+    if (p != j) {
+      const T swapped = A[long(j) * n + column];
+      A[long(j) * n + column] = A[long(p) * n + column];
+      A[long(p) * n + column] = swapped;
+    }
   }
 }
 

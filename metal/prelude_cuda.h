@@ -16,3 +16,17 @@ enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 
 // __syncthreads orders both shared and global memory within the block.
 METAL_FUNC void threadgroup_barrier(mem_flags) { __syncthreads(); }
+
+typedef unsigned short ushort;
+
+// SIMD-group shuffles over the whole warp, as MSL's: every lane takes part (the
+// kernels call them in control flow that is uniform across the SIMD group).
+template <typename T>
+METAL_FUNC T simd_shuffle(T x, ushort lane) {
+  return __shfl_sync(0xffffffffu, x, lane);
+}
+
+template <typename T>
+METAL_FUNC T simd_shuffle_xor(T x, ushort mask) {
+  return __shfl_xor_sync(0xffffffffu, x, mask);
+}

@@ -12,3 +12,15 @@ enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 METAL_FUNC void threadgroup_barrier(mem_flags flags) {
   barrier(flags == mem_flags::mem_device ? CLK_GLOBAL_MEM_FENCE : CLK_LOCAL_MEM_FENCE);
 }
+
+// SIMD-group shuffles: a SIMD group is a sub-group of 32 (every entry point
+// requires that size).
+template <typename T>
+METAL_FUNC T simd_shuffle(T x, ushort lane) {
+  return sub_group_shuffle(x, (uint)lane);
+}
+
+template <typename T>
+METAL_FUNC T simd_shuffle_xor(T x, ushort mask) {
+  return sub_group_shuffle_xor(x, (uint)mask);
+}

@@ -123,7 +123,8 @@ class Kernel:
         return _EXISTS[key]
 
     def shared_bytes(self, dtype: torch.dtype, **values: int) -> int:
-        sizes = {"T": dtype.itemsize, "R": dtype.to_real().itemsize}
+        # Not dtype.to_real(): torch.compile cannot trace it (torch 2.11).
+        sizes = {"T": dtype.itemsize, "R": dtype.itemsize // 2 if dtype.is_complex else dtype.itemsize}
         return sum(s.size * sizes.get(s.element, 4) for s in self.shared(**values))
 
     def all_instances(self) -> list[Instance]:

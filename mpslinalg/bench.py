@@ -32,6 +32,7 @@ BASELINES = (
     "torch.linalg.inv",
     "torch.linalg.solve_triangular",
     "torch.linalg.lu_factor",
+    "torch.linalg.lu_factor_ex",
     "torch.linalg.lu_solve",
     "torch.linalg.det",
 )
@@ -244,6 +245,8 @@ def bench_lu(device: torch.device, batch: int) -> list[Result]:
             matrices, rhs = count * n * n * item, count * n * 8 * item
             shape = f"{count} x {n}x{n} {kind}"
             results += measure("lu", f"{shape} lu_factor", [
+                ("mpslinalg.lu_factor_ex", lambda: LA.lu_factor_ex(A), 2 * matrices + 4 * count * (n + 1)),
+                ("torch.linalg.lu_factor_ex", lambda: torch.linalg.lu_factor_ex(A), 2 * matrices + 4 * count * (n + 1)),
                 ("mpslinalg.lu_factor", lambda: LA.lu_factor(A), 2 * matrices + 4 * count * n),
                 ("torch.linalg.lu_factor", lambda: torch.linalg.lu_factor(A), 2 * matrices + 4 * count * n),
             ], device)
@@ -261,8 +264,8 @@ def bench_lu(device: torch.device, batch: int) -> list[Result]:
                 A = torch.randn(n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
                 nbytes = 2 * A.numel() * A.element_size() + 4 * n
                 results += measure("lu", f"{n}x{n} {str(dtype).removeprefix('torch.')} lu_factor", [
-                    ("mpslinalg.lu_factor", lambda: LA.lu_factor(A), nbytes),
-                    ("torch.linalg.lu_factor", lambda: torch.linalg.lu_factor(A), nbytes),
+                    ("mpslinalg.lu_factor_ex", lambda: LA.lu_factor_ex(A), nbytes),
+                    ("torch.linalg.lu_factor_ex", lambda: torch.linalg.lu_factor_ex(A), nbytes),
                 ], device, loop=3, repeats=3)
     return results
 
@@ -283,9 +286,13 @@ def device_limits(device: torch.device) -> tuple[str, float | None, float | None
 
 
 def _baseline(results: list[Result], r: Result) -> Result | None:
-    """The torch.linalg row ``r`` is compared with: timed the same way (graph or not) where it can be."""
+    """The torch.linalg row ``r`` is compared with: its namesake where the case has one
+    (torch.linalg.lu_factor_ex for mpslinalg.lu_factor_ex), timed the same way (graph
+    or not) where it can be."""
     graph = r.implementation.endswith(" (graph)")
     rows = [b for b in results if b.case == r.case and b.implementation.removesuffix(" (graph)") in BASELINES]
+    function = r.implementation.removesuffix(" (graph)").split(" ")[0].rsplit(".", 1)[-1]
+    rows = [b for b in rows if b.implementation.removesuffix(" (graph)") == f"torch.linalg.{function}"] or rows
     return next((b for b in rows if b.implementation.endswith(" (graph)") == graph), rows[0] if rows else None)
 
 

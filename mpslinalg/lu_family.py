@@ -5,11 +5,13 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
 
 - ``lu_factor_small``: m, n <= 64, a team of N threads per matrix (N = 8, 16, 32,
   64, several teams per threadgroup), each thread a row in registers, pivots
-  found by a two-level reduction in threadgroup memory.
+  found by SIMD-group shuffles (and, for N = 64, one barrier a step).
 - Larger matrices: blocked right-looking sgetrf. ``lu_factor_panel`` factors a
-  panel of PANEL_WIDTH columns in place (its row interchanges span whole rows),
-  the U block row is a triangular solve (the triangular family's kernels), and
-  the trailing update is one ``torch.baddbmm``.
+  panel of PANEL_WIDTH columns in place (a SIMD lane per column, so that each row
+  of the panel is one contiguous access), ``lu_swap_rows`` applies its
+  interchanges to the other columns (slaswp), the U block row is a triangular
+  solve (the triangular family's kernels), and the trailing update is one
+  ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
 
 Solves are P, then the two triangular solves of the triangular family on the
@@ -27,18 +29,6 @@ from .runtimes import groups_for, launch, pieces
 
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
-SPAN = 8  # keys each leader of the pivot reduction reduces (metal/lu.metal)
-
-
-def _pivot_reduction(team: int, teams: int = 1) -> list[Shared]:
-    leaders = teams * (team // min(team, SPAN))
-    return [
-        Shared("values", "R", teams * team),
-        Shared("positions", "int", teams * team),
-        Shared("leader_values", "R", leaders),
-        Shared("leader_positions", "int", leaders),
-    ]
-
 
 LU_FACTOR_SMALL = Kernel(
     function="lu_factor_small",
@@ -50,13 +40,19 @@ LU_FACTOR_SMALL = Kernel(
     instances=tuple({"N": n} for n in SIZES),
     group_size=lambda N: N * TEAMS[N],
     template=lambda N: (N, TEAMS[N]),
-    shared=lambda N: _pivot_reduction(N, TEAMS[N]) + [Shared("pivot_rows", "T", TEAMS[N] * N)],
+    # A team of 64 spans two SIMD groups, which offer their best rows in two
+    # double-buffered slots each; smaller teams need no threadgroup memory.
+    shared=lambda N: [
+        Shared("offered_values", "R", 4 * TEAMS[N]),
+        Shared("offered_positions", "int", 4 * TEAMS[N]),
+        Shared("offered_rows", "T", 4 * TEAMS[N] * N if N > 32 else 1),
+    ],
     # A complex128 row of 64 is 256 registers: that size takes the panel kernel.
     where=lambda dtype, N: not (dtype == torch.complex128 and N == 64),
 )
 
-PANEL_WIDTH = 32
-PANEL_GROUPS = (128, 512)  # threads per matrix: up to 256 rows, more
+PANEL_WIDTH = 32  # a SIMD group's lanes: one column each
+PANEL_GROUPS = (256, 1024)  # threads per matrix: up to 1024 rows, more
 
 LU_FACTOR_PANEL = Kernel(
     function="lu_factor_panel",
@@ -68,7 +64,24 @@ LU_FACTOR_PANEL = Kernel(
     instances=tuple({"GROUP": g} for g in PANEL_GROUPS),
     group_size=lambda GROUP: GROUP,
     template=lambda GROUP: (GROUP,),
-    shared=lambda GROUP: _pivot_reduction(GROUP),
+    shared=lambda GROUP: [Shared("values", "R", GROUP // 32), Shared("positions", "int", GROUP // 32)],
+)
+
+SWAP_GROUP = 256
+
+LU_SWAP_ROWS = Kernel(
+    function="lu_swap_rows",
+    source="lu.metal",
+    args=(
+        Buffer("a"), Buffer("pivots", "int", const=True),
+        Scalar("m"), Scalar("n"), Scalar("k"), Scalar("j0"), Scalar("w"), Scalar("parts"), Scalar("groups_per_matrix"),
+    ),
+    instances=({"GROUP": SWAP_GROUP},),
+    group_size=SWAP_GROUP,
+    template=lambda GROUP: (GROUP,),
+    # Interchanges only move data: a complex matrix is swapped as a real one of
+    # twice the width.
+    dtypes=(torch.float32, torch.float64),
 )
 
 PERMUTATION_GROUP = 64
@@ -127,14 +140,16 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[to
 
 def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
     """Right-looking blocked sgetrf in place on contiguous (count, m, n) ``lu``: per
-    panel of PANEL_WIDTH columns, the panel kernel (interchanges across whole rows),
-    U12 = L11^-1 A12, A22 -= L21 U12."""
+    panel of PANEL_WIDTH columns, the panel kernel, its interchanges applied to the
+    other columns, U12 = L11^-1 A12, A22 -= L21 U12."""
     count, m, n = lu.shape
     k = min(m, n)
-    group = PANEL_GROUPS[0] if m <= 2 * PANEL_GROUPS[0] else PANEL_GROUPS[1]
+    group = PANEL_GROUPS[0] if m <= PANEL_GROUPS[1] else PANEL_GROUPS[1]
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
         launch(LU_FACTOR_PANEL, count, lu, pivots, info, m, n, j0, w, int(pivot), GROUP=group)
+        if pivot and n > w:
+            _swap_rows(lu, pivots, j0, w)
         e = j0 + w
         if e < n:
             L11 = lu[:, j0:e, j0:e].contiguous()
@@ -142,6 +157,19 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
             lu[:, j0:e, e:] = U12
             if e < m:
                 lu[:, e:, e:].baddbmm_(lu[:, e:, j0:e], U12, alpha=-1)
+
+
+def _swap_rows(lu: torch.Tensor, pivots: torch.Tensor, j0: int, w: int) -> None:
+    """slaswp: the interchanges pivots[:, j0:j0 + w] applied to the columns of ``lu``
+    outside [j0, j0 + w)."""
+    count, m, n = lu.shape
+    parts = 2 if lu.is_complex() else 1
+    real = torch.view_as_real(lu).view(count, m, parts * n) if parts == 2 else lu
+    groups = groups_for(parts * (n - w), SWAP_GROUP)
+    launch(
+        LU_SWAP_ROWS, count * groups,
+        real, pivots, m, parts * n, pivots.shape[-1], j0, w, parts, groups, GROUP=SWAP_GROUP,
+    )
 
 
 def _permutation_body(pivots: torch.Tensor, m: int) -> torch.Tensor:
