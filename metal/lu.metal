@@ -255,6 +255,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
                                 threadgroup int* positions, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int SIMDS = GROUP / 32;
+  const int ROWS = 16;
   const int lane = int(pos.simd_lane);
   const int first_row = int(pos.simd_group);
   const int steps = min(m, n);
@@ -295,23 +296,33 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
     }
     const int next = j + 1 - j0;  // the lane of the next pivot's column
     mine = {R(-1), NO_PIVOT_POSITION};
-    for (int i = j + 1 + first_row; i < m; i += SIMDS) {
-      T own = zero;
-      if (owns_column) {
-        own = A[long(i) * n + k];
+    // ROWS rows a SIMD group at a time, all loaded before any is stored, so that
+    // their loads are in flight together.
+    for (int i0 = j + 1 + first_row; i0 < m; i0 += ROWS * SIMDS) {
+      T own[ROWS];
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        own[r] = zero;
+        if (owns_column && i0 + r * SIMDS < m) {
+          own[r] = A[long(i0 + r * SIMDS) * n + k];
+        }
       }
-      const T l = multiplier(simd_shuffle(own, ushort(j - j0)), d);
-      T updated = l;  // column j takes its multiplier; columns left of j are not stored
-      if (k > j) {
-        updated = own - l * u;
-      }
-      if (owns_column && k >= j) {
-        A[long(i) * n + k] = updated;
-      }
-      if (lane == next && (pivoting || i == j + 1)) {
-        const pivot_key<R> other = candidate(updated, i, true);
-        if (better(other, mine)) {
-          mine = other;
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int i = i0 + r * SIMDS;
+        const T l = multiplier(simd_shuffle(own[r], ushort(j - j0)), d);
+        T updated = l;  // column j takes its multiplier; columns left of j are not stored
+        if (k > j) {
+          updated = own[r] - l * u;
+        }
+        if (owns_column && k >= j && i < m) {
+          A[long(i) * n + k] = updated;
+        }
+        if (lane == next && i < m && (pivoting || i == j + 1)) {
+          const pivot_key<R> other = candidate(updated, i, true);
+          if (better(other, mine)) {
+            mine = other;
+          }
         }
       }
     }

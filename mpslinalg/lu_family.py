@@ -52,7 +52,7 @@ LU_FACTOR_SMALL = Kernel(
 )
 
 PANEL_WIDTH = 32  # a SIMD group's lanes: one column each
-PANEL_GROUPS = (256, 1024)  # threads per matrix: up to 1024 rows, more
+PANEL_GROUPS = (256, 1024)  # threads per matrix: up to 256 rows, more
 
 LU_FACTOR_PANEL = Kernel(
     function="lu_factor_panel",
@@ -144,7 +144,7 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
     other columns, U12 = L11^-1 A12, A22 -= L21 U12."""
     count, m, n = lu.shape
     k = min(m, n)
-    group = PANEL_GROUPS[0] if m <= PANEL_GROUPS[1] else PANEL_GROUPS[1]
+    group = PANEL_GROUPS[0] if m <= PANEL_GROUPS[0] else PANEL_GROUPS[1]
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
         launch(LU_FACTOR_PANEL, count, lu, pivots, info, m, n, j0, w, int(pivot), GROUP=group)
