@@ -183,10 +183,14 @@ def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) ->
     if n % nb:
         inverses.append(_lower_inverse(A[:, full * nb :, full * nb :].contiguous(), unit))
     X = torch.empty_like(B)
+    batch = B.shape[0]
+    # Two launches a block (the loop's host time is what bounds a large solve).
     for j, inverse in enumerate(inverses):
         rows = slice(j * nb, min(n, (j + 1) * nb))
-        rhs = B[:, rows] if j == 0 else B[:, rows] - A[:, rows, : j * nb] @ X[:, : j * nb]
-        X[:, rows] = inverse @ rhs
+        rhs = B[:, rows]
+        if j:
+            rhs = torch.baddbmm(rhs, A[:, rows, : j * nb].expand(batch, -1, -1), X[:, : j * nb], alpha=-1)
+        torch.bmm(inverse.expand(batch, -1, -1), rhs, out=X[:, rows])
     return X
 
 
