@@ -30,6 +30,7 @@ from .check import best_runtime
 # The row each case's speed-up is measured against.
 BASELINES = (
     "torch.linalg.inv",
+    "torch.linalg.inv_ex",
     "torch.linalg.solve_triangular",
     "torch.linalg.lu_factor",
     "torch.linalg.lu_factor_ex",
