@@ -240,14 +240,58 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
   }
 }
 
+// Step j of sgetf2 on the rows first, first + SIMDS, ... (< m) of one panel
+// column, the lane's own (column points at its row 0; n is the row stride):
+// the pivot column takes the multipliers, columns right of it the rank-1
+// update. The multipliers come from the pivot column's lane by shuffles, formed
+// as MODE says: 0 by the reciprocal, 1 by division (a pivot below sfmin), 2 not
+// at all (a zero pivot). ROWS rows are loaded before any is stored, so that
+// their loads are in flight together; every lane takes part in the shuffles,
+// but only those of columns j and right of it load and store.
+template <typename T, int ROWS, int SIMDS, int MODE>
+METAL_FUNC void panel_step(device T* column, long n, int first, int m, bool updates, bool pivot_column,
+                           ushort pivot_lane, T u, pivot_divisor<T> d) {
+  typedef typename scalar_traits<T>::real R;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  for (int i0 = first; i0 < m; i0 += ROWS * SIMDS) {
+    T own[ROWS];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      own[r] = zero;
+      if (updates && i0 + r * SIMDS < m) {
+        own[r] = column[long(i0 + r * SIMDS) * n];
+      }
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int i = i0 + r * SIMDS;
+      if (i < m) {  // uniform across the SIMD group
+        T l = simd_shuffle(own[r], pivot_lane);
+        if (MODE == 0) {
+          l = l * d.reciprocal;
+        } else if (MODE == 1) {
+          l = l / d.pivot;
+        }
+        T updated = own[r] - l * u;
+        if (pivot_column) {
+          updated = l;
+        }
+        if (updates) {
+          column[long(i) * n] = updated;
+        }
+      }
+    }
+  }
+}
+
 // sgetf2 on the panel of columns [j0, j0 + w), w <= 32, of each m x n matrix (its
 // rows j0..m-1), in place in device memory, one threadgroup of GROUP threads per
 // matrix: the panel kernel of the blocked sgetrf. Lane c of each SIMD group owns
-// column j0 + c, and SIMD group g rows g, g + GROUP / 32, ..., so that every
-// access to a row of the panel is one contiguous run. The search for the next
-// pivot rides on the update of its column. Interchanges swap the panel's part of
-// the rows only; lu_swap_rows applies them to the other columns (slaswp).
-// info must hold 0 or an earlier panel's first zero pivot.
+// column j0 + c in the update, and SIMD group g rows g, g + GROUP / 32, ..., so
+// that every access to a row of the panel is one contiguous run; the pivot search
+// gives each thread rows of its own. Interchanges swap the panel's part of the
+// rows only; lu_swap_rows applies them to the other columns (slaswp). info must
+// hold 0 or an earlier panel's first zero pivot.
 //   a: count x m x n; pivots: count x min(m, n); info: count.
 template <typename T, int GROUP>
 METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
@@ -257,7 +301,6 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
   const int SIMDS = GROUP / 32;
   const int ROWS = 16;
   const int lane = int(pos.simd_lane);
-  const int first_row = int(pos.simd_group);
   const int steps = min(m, n);
   device T* A = a + long(pos.group_index) * m * n;
   device int* ipiv = pivots + long(pos.group_index) * steps;
@@ -266,15 +309,14 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
   const bool owns_column = lane < w && k < n;
   const T zero = scalar_traits<T>::from_real(R(0));
 
-  // The first column's candidates; later columns' come with their update.
-  pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
-  for (int i = j0 + int(pos.thread_index); i < (pivoting ? m : j0 + 1); i += GROUP) {
-    const pivot_key<R> other = candidate(A[long(i) * n + j0], i, true);
-    if (better(other, mine)) {
-      mine = other;
-    }
-  }
   for (int j = j0; j < last; ++j) {
+    pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
+    for (int i = j + int(pos.thread_index); i < (pivoting ? m : j + 1); i += GROUP) {
+      const pivot_key<R> other = candidate(A[long(i) * n + j], i, true);
+      if (better(other, mine)) {
+        mine = other;
+      }
+    }
     const int p = group_best<R, GROUP>(mine, pos, values, positions).position;
     if (p != j && int(pos.simd_group) == 0 && owns_column) {
       const T swapped = A[long(j) * n + k];
@@ -294,37 +336,16 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
     if (owns_column) {
       u = A[long(j) * n + k];
     }
-    const int next = j + 1 - j0;  // the lane of the next pivot's column
-    mine = {R(-1), NO_PIVOT_POSITION};
-    // ROWS rows a SIMD group at a time, all loaded before any is stored, so that
-    // their loads are in flight together.
-    for (int i0 = j + 1 + first_row; i0 < m; i0 += ROWS * SIMDS) {
-      T own[ROWS];
-      #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        own[r] = zero;
-        if (owns_column && i0 + r * SIMDS < m) {
-          own[r] = A[long(i0 + r * SIMDS) * n + k];
-        }
-      }
-      #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        const int i = i0 + r * SIMDS;
-        const T l = multiplier(simd_shuffle(own[r], ushort(j - j0)), d);
-        T updated = l;  // column j takes its multiplier; columns left of j are not stored
-        if (k > j) {
-          updated = own[r] - l * u;
-        }
-        if (owns_column && k >= j && i < m) {
-          A[long(i) * n + k] = updated;
-        }
-        if (lane == next && i < m && (pivoting || i == j + 1)) {
-          const pivot_key<R> other = candidate(updated, i, true);
-          if (better(other, mine)) {
-            mine = other;
-          }
-        }
-      }
+    const bool updates = owns_column && k >= j;
+    const int first = j + 1 + int(pos.simd_group);
+    const ushort pivot_lane = ushort(j - j0);
+    // The mode is uniform: one branch a step, none a row.
+    if (d.zero) {
+      panel_step<T, ROWS, SIMDS, 2>(A + k, n, first, m, updates, k == j, pivot_lane, u, d);
+    } else if (d.by_reciprocal) {
+      panel_step<T, ROWS, SIMDS, 0>(A + k, n, first, m, updates, k == j, pivot_lane, u, d);
+    } else {
+      panel_step<T, ROWS, SIMDS, 1>(A + k, n, first, m, updates, k == j, pivot_lane, u, d);
     }
     threadgroup_barrier(mem_flags::mem_device);
   }

@@ -261,6 +261,22 @@ def test_extreme_scales(device, scale):
     assert general_solve_ratio(A, LA.solve(A.to(device), B.to(device)), B) < THRESHOLD
 
 
+@pytest.mark.parametrize("n", [16, 100], ids=["small", "blocked"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+def test_subnormal_pivot_divides(device, n, dtype):
+    # sgetf2's sfmin rule: 1 / pivot overflows for a subnormal pivot, so the
+    # multipliers are quotients, as reference LAPACK forms them (torch's CPU
+    # LAPACK multiplies by the reciprocal here and returns inf: the reference is
+    # the float64 factorization, where the pivot is a normal number).
+    A = gaussian((2, n, n), dtype)
+    A[..., 0] *= 1e-40
+    LU, pivots, info = LA.lu_factor_ex(A.to(device))
+    assert not info.any() and LU.isfinite().all()
+    assert lu_ratio(A, LU, pivots) < THRESHOLD
+    reference = torch.linalg.lu_factor_ex(A.to(torch.complex128 if dtype.is_complex else torch.float64))
+    torch.testing.assert_close(pivots.cpu(), reference.pivots, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
 def test_views_equal_contiguous(device, dtype):
     A = gaussian((4, 20, 20), dtype).to(device)
