@@ -42,6 +42,27 @@ def floating(api: str, A: torch.Tensor) -> None:
         raise RuntimeError(f"{api}: Expected a floating point or complex tensor as input. Got {type_name(A.dtype)}")
 
 
+def system(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: str = "A") -> None:
+    """torch's errors for the system op(A) X = B (``left``) or X op(A) = B: dtypes,
+    devices, and A's order against B's rows (columns)."""
+    if A.dtype != B.dtype:
+        raise RuntimeError(
+            f"{api}: Expected {a_name} and B to have the same dtype, but found {a_name} of type "
+            f"{type_name(A.dtype)} and B of type {type_name(B.dtype)} instead"
+        )
+    if A.device != B.device:
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {B.device} and {A.device}!"
+        )
+    n = A.shape[-1]
+    if (B.shape[-2] if left else B.shape[-1]) != n:
+        equation = "AX = B" if left else "XA = B"
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation {equation} "
+            f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
+        )
+
+
 def resolved(A: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor with A's values and no conjugate or negative bit."""
     return A.resolve_conj().resolve_neg().contiguous()

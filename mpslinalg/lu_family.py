@@ -384,22 +384,7 @@ def _kernels_for(A: torch.Tensor) -> bool:
 
 
 def _check_pair(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: str = "A") -> None:
-    if A.dtype != B.dtype:
-        raise RuntimeError(
-            f"{api}: Expected {a_name} and B to have the same dtype, but found {a_name} of type "
-            f"{_checks.type_name(A.dtype)} and B of type {_checks.type_name(B.dtype)} instead"
-        )
-    if A.device != B.device:
-        raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {B.device} and {A.device}!"
-        )
-    n = A.shape[-1]
-    if (B.shape[-2] if left else B.shape[-1]) != n:
-        equation = "AX = B" if left else "XA = B"
-        raise RuntimeError(
-            f"{api}: Incompatible shapes of A and B for the equation {equation} "
-            f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
-        )
+    _checks.system(api, A, B, left, a_name)
     _checks.broadcast_batch(B.shape[:-2], A.shape[:-2])  # torch's error if they do not broadcast
 
 

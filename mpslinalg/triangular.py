@@ -328,22 +328,7 @@ def _check_solve(A: torch.Tensor, B: torch.Tensor, left: bool) -> None:
     if B.dim() < 2:
         raise RuntimeError(f"{api}: The input tensor B must have at least 2 dimensions.")
     _checks.square(api, A)
-    if A.dtype != B.dtype:
-        raise RuntimeError(
-            f"{api}: Expected A and B to have the same dtype, but found A of type "
-            f"{_checks.type_name(A.dtype)} and B of type {_checks.type_name(B.dtype)} instead"
-        )
-    if A.device != B.device:
-        raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {B.device} and {A.device}!"
-        )
-    n = A.shape[-1]
-    if (B.shape[-2] if left else B.shape[-1]) != n:
-        equation = "AX = B" if left else "XA = B"
-        raise RuntimeError(
-            f"{api}: Incompatible shapes of A and B for the equation {equation} "
-            f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
-        )
+    _checks.system(api, A, B, left)
 
 
 def solve_triangular(
