@@ -266,15 +266,25 @@ def test_extreme_scales(device, scale):
 def test_subnormal_pivot_divides(device, n, dtype):
     # sgetf2's sfmin rule: 1 / pivot overflows for a subnormal pivot, so the
     # multipliers are quotients, as reference LAPACK forms them (torch's CPU
-    # LAPACK multiplies by the reciprocal here and returns inf: the reference is
-    # the float64 factorization, where the pivot is a normal number).
+    # LAPACK multiplies by the reciprocal here and returns inf). The subnormal
+    # column is made from bit patterns and its float64 reference from integers,
+    # so that no arithmetic on the host (which may flush subnormals) touches it.
     A = gaussian((2, n, n), dtype)
-    A[..., 0] *= 1e-40
-    LU, pivots, info = LA.lu_factor_ex(A.to(device))
+    # At most 2^-129, so that 1 / pivot overflows float32.
+    mantissas = torch.randint(1, 2**20, (2, n), dtype=torch.int32, generator=torch.Generator().manual_seed(n))
+    negative = torch.arange(2 * n).reshape(2, n) % 3 == 0
+    column = torch.where(negative, mantissas | torch.tensor(-(2**31), dtype=torch.int32), mantissas).view(torch.float32)
+    A[..., 0] = column
+    reference = A.to(torch.complex128 if dtype.is_complex else torch.float64)
+    reference[..., 0] = torch.where(negative, -1.0, 1.0).double() * mantissas.double() * 2.0**-149
+    on_device = A.to(device)
+    assert (on_device[..., 0] != 0).all()  # subnormal, not flushed, on the device
+    LU, pivots, info = LA.lu_factor_ex(on_device)
     assert not info.any() and LU.isfinite().all()
-    assert lu_ratio(A, LU, pivots) < THRESHOLD
-    reference = torch.linalg.lu_factor_ex(A.to(torch.complex128 if dtype.is_complex else torch.float64))
-    torch.testing.assert_close(pivots.cpu(), reference.pivots, rtol=0, atol=0)
+    expected = torch.linalg.lu_factor_ex(reference)
+    torch.testing.assert_close(pivots.cpu(), expected.pivots, rtol=0, atol=0)
+    # Column 0 below the diagonal: the multipliers, O(1) quotients of subnormals.
+    torch.testing.assert_close(LU.cpu()[..., 1:, 0].to(reference.dtype), expected.LU[..., 1:, 0], rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
