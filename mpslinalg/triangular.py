@@ -178,7 +178,10 @@ def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) ->
     n = A.shape[-1]
     nb = min(PANEL_ROWS, n)
     full = n // nb
-    blocks = torch.cat([A[:, j * nb : (j + 1) * nb, j * nb : (j + 1) * nb] for j in range(full)]).contiguous()
+    if n == nb:  # one diagonal block: A itself, with no copy
+        blocks = A
+    else:
+        blocks = torch.cat([A[:, j * nb : (j + 1) * nb, j * nb : (j + 1) * nb] for j in range(full)]).contiguous()
     inverses = list(_lower_inverse(blocks, unit).split(A.shape[0]))
     if n % nb:
         inverses.append(_lower_inverse(A[:, full * nb :, full * nb :].contiguous(), unit))
