@@ -25,7 +25,7 @@ import torch
 
 from . import _checks, _dispatch, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import groups_for, launch, pieces
+from .runtimes import fits, groups_for, launch, pieces
 
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
@@ -144,7 +144,10 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
     other columns, U12 = L11^-1 A12, A22 -= L21 U12."""
     count, m, n = lu.shape
     k = min(m, n)
-    group = PANEL_GROUPS[0] if m <= PANEL_GROUPS[0] else PANEL_GROUPS[1]
+    group = PANEL_GROUPS[0]
+    # A Metal pipeline may allow fewer than 1024 threads: the smaller panel then.
+    if m > PANEL_GROUPS[0] and fits(LU_FACTOR_PANEL, lu.dtype, lu.device, GROUP=PANEL_GROUPS[1]):
+        group = PANEL_GROUPS[1]
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
         launch(LU_FACTOR_PANEL, count, lu, pivots, info, m, n, j0, w, int(pivot), GROUP=group)

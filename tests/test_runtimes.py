@@ -13,7 +13,9 @@ import torch
 import mpslinalg as LA
 from mpslinalg import _dispatch
 from mpslinalg._kernel import FLOATING, KERNELS, SCALAR_TYPES, metal_file
+from mpslinalg import lu_family
 from mpslinalg.inverse import DET_SMALL, GROUP, INVERSE_SMALL
+from mpslinalg.lu_family import LU_FACTOR_PANEL
 from mpslinalg.runtimes import RUNTIMES, launch
 from mpslinalg.runtimes.metal import MetalRuntime
 from conftest import require
@@ -27,10 +29,20 @@ class FakeLibrary:
         self.calls = []
         self.kernels = set(re.findall(r"\[\[kernel\]\] void (\w+)\(", source))
 
+    max_threads = 1024  # what each pipeline allows
+
     def __getattr__(self, name):
         if name not in self.kernels:
             raise AttributeError(name)
-        return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
+        return FakeKernel(name, self.calls, self.max_threads)
+
+
+class FakeKernel:
+    def __init__(self, name, calls, max_threads):
+        self.name, self.calls, self.max_threads_per_threadgroup = name, calls, max_threads
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((self.name, args, kwargs))
 
 
 def test_metal_launch_up_to_compile_shader():
@@ -55,6 +67,39 @@ def test_metal_launch_up_to_compile_shader():
     assert f"threadgroup complex_t<float> tile[{GROUP * 17}];" in entry
     assert "inverse_small<complex_t<float>, 4, 128, 17>(reinterpret_cast<const device complex_t<float>*>(a)" in entry
     assert library.calls == [("inverse_small_complex64_n4", (a, inverse, info, 300), {"threads": 3 * GROUP, "group_size": GROUP, "arg_casts": {3: "int32"}})] * 2
+
+
+def test_metal_threadgroup_larger_than_the_pipeline_allows():
+    # A Metal pipeline's thread limit falls with the registers its kernel uses: a
+    # launch past it is a clear error, and fits() lets callers pick a smaller instance.
+    class Small(FakeLibrary):
+        max_threads = 512
+
+    runtime = MetalRuntime(compile_shader=Small)
+    instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024)
+    assert runtime.max_group_size(instance, torch.device("mps")) == 512
+    a, pivots, info = torch.zeros(1, 300, 300), torch.zeros(1, 300, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="needs 1024 threads per threadgroup; this GPU's pipeline for it allows 512"):
+        runtime.launch(instance, 1, [a, pivots, info, 300, 300, 0, 32, 1], torch.device("mps"))
+
+
+def test_blocked_lu_takes_the_smaller_panel_where_the_larger_does_not_fit(monkeypatch):
+    require("opencl")
+    panels = []
+    real = lu_family.launch
+
+    def recording(kernel, *args, **values):
+        if kernel is LU_FACTOR_PANEL:
+            panels.append(values["GROUP"])
+        return real(kernel, *args, **values)
+
+    monkeypatch.setattr(lu_family, "fits", lambda *args, **values: False)
+    monkeypatch.setattr(lu_family, "launch", recording)
+    A = torch.randn(2, 300, 300, dtype=torch.float64)
+    with LA.use_backend("opencl"):
+        LU, pivots, info = LA.lu_factor_ex(A)
+    assert panels and set(panels) == {lu_family.PANEL_GROUPS[0]}
+    torch.testing.assert_close(LU, torch.linalg.lu_factor_ex(A).LU)
 
 
 def test_metal_runtime_has_no_double_kernels(monkeypatch):
@@ -255,3 +300,14 @@ def test_eager_calls_skip_the_custom_op_only_when_nothing_needs_it():
     seen = []
     torch.func.vmap(lambda row: seen.append(_dispatch._plain((row,))) or row)(torch.ones(3, 2))
     assert seen == [False]
+
+
+
+def test_opencl_threadgroup_limit_before_any_launch():
+    # fits() may be the first thing a runtime is asked: it must set itself up.
+    require("opencl")
+    from mpslinalg.runtimes.opencl import OpenCLRuntime
+
+    fresh = OpenCLRuntime()
+    instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024)
+    assert fresh.max_group_size(instance, torch.device("cpu")) >= 1024

@@ -100,6 +100,19 @@ class Runtime:
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         raise NotImplementedError
 
+    def max_group_size(self, instance: Instance, device: torch.device) -> int:
+        """The most threads a threadgroup of the compiled ``instance`` may have here
+        (a Metal pipeline's limit falls with the registers the kernel uses)."""
+        raise NotImplementedError
+
+
+def fits(kernel: Kernel, dtype: torch.dtype, device: torch.device, **values: int) -> bool:
+    """Whether the instance of ``kernel`` for ``dtype`` and ``values`` can be launched
+    with its threadgroup size on ``device``'s runtime (compiling it if need be)."""
+    runtime = for_device(device)
+    instance = kernel.instance(dtype, **values)
+    return instance.group_size <= runtime.max_group_size(instance, device)
+
 
 def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
     """Run ``kernel`` on ``groups`` threadgroups on the runtime of its tensors' device.

@@ -54,6 +54,10 @@ class CudaRuntime(Runtime):
             module = cupy.RawModule(code=self.source(instance), options=OPTIONS)
             return module.get_function(instance.host_name)
 
+    def max_group_size(self, instance: Instance, device: torch.device) -> int:
+        # __launch_bounds__(group size) makes ptxas fit the registers to it.
+        return instance.group_size
+
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         cupy = _cupy()
         current = torch.cuda.current_device()

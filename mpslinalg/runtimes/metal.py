@@ -73,8 +73,16 @@ class MetalRuntime(Runtime):
         compile_shader = self._compile_shader or torch.mps.compile_shader
         return getattr(compile_shader(self.source(instance)), instance.host_name)
 
+    def max_group_size(self, instance: Instance, device: torch.device) -> int:
+        return int(self.compiled(instance, device).max_threads_per_threadgroup)
+
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         function = self.compiled(instance, device)
         group_size = instance.group_size
+        if group_size > function.max_threads_per_threadgroup:
+            raise RuntimeError(
+                f"{instance.host_name} needs {group_size} threads per threadgroup; "
+                f"this GPU's pipeline for it allows {function.max_threads_per_threadgroup}"
+            )
         casts = {k: "int32" for k, a in enumerate(instance.kernel.args) if isinstance(a, Scalar)}
         function(*args, threads=groups * group_size, group_size=group_size, arg_casts=casts)

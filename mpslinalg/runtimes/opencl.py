@@ -107,13 +107,23 @@ class OpenCLRuntime(Runtime):
             program = cl.Program(self._context, self.source(instance)).build(options=BUILD_OPTIONS)
         return getattr(program, instance.host_name)
 
+    def _require(self) -> None:
+        status = self.status()  # creates the context on first use
+        if not status.usable:
+            raise RuntimeError(f"the OpenCL runtime is {status}")
+
+    def max_group_size(self, instance: Instance, device: torch.device) -> int:
+        import pyopencl as cl
+
+        self._require()
+        function = self.compiled(instance, device)
+        return int(function.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self._context.devices[0]))
+
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         import numpy as np
         import pyopencl as cl
 
-        status = self.status()
-        if not status.usable:
-            raise RuntimeError(f"the OpenCL runtime is {status}")
+        self._require()
         function = self.compiled(instance, device)
         flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
         kernel_args, written = [], []
