@@ -40,6 +40,18 @@ METAL_FUNC complex_t<R> operator*(R a, complex_t<R> b) {
   return {a * b.re, a * b.im};
 }
 
+// c - a * b in fused multiply-adds (four for complex, not six operations): the
+// inner update of the factorizations.
+template <typename R>
+METAL_FUNC R multiply_subtract(R c, R a, R b) {
+  return fma(-a, b, c);
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> multiply_subtract(complex_t<R> c, complex_t<R> a, complex_t<R> b) {
+  return {fma(-a.re, b.re, fma(a.im, b.im, c.re)), fma(-a.re, b.im, fma(-a.im, b.re, c.im))};
+}
+
 // Smith's algorithm: no overflow or underflow of |b|^2 for |b| near the range
 // limits. Division by an exact zero gives NaN + NaN i, as torch's complex
 // division does, so singular solves leave torch's pattern.
@@ -57,6 +69,28 @@ METAL_FUNC complex_t<R> operator/(complex_t<R> a, complex_t<R> b) {
   const R r = b.re / b.im;
   const R d = fma(b.re, r, b.im);
   return {fma(a.re, r, a.im) / d, fma(a.im, r, -a.re) / d};
+}
+
+// 1 / z by Smith's algorithm in two divisions (the quotient above takes three).
+template <typename R>
+METAL_FUNC R reciprocal(R x) {
+  return R(1) / x;
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> reciprocal(complex_t<R> z) {
+  if (fabs(z.re) >= fabs(z.im)) {
+    if (z.re == R(0)) {
+      const R nan = R(0) / R(0);
+      return {nan, nan};
+    }
+    const R r = z.im / z.re;
+    const R s = R(1) / fma(z.im, r, z.re);
+    return {s, -r * s};
+  }
+  const R r = z.re / z.im;
+  const R s = R(1) / fma(z.re, r, z.im);
+  return {r * s, -s};
 }
 
 template <typename R>

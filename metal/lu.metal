@@ -33,11 +33,18 @@ METAL_FUNC bool better(pivot_key<R> a, pivot_key<R> b) {
   return a.value > b.value || (a.value == b.value && a.position < b.position);
 }
 
-// The best key among aligned runs of LANES <= 32 lanes of a SIMD group, by a
-// butterfly of shuffles: every lane of a run ends with the same key, with no
-// barrier. (better is a total order on keys, so the result is the maximum.)
+// The best key among aligned runs of LANES <= 32 lanes of a SIMD group: every
+// lane of a run ends with the same key, with no barrier. (better is a total
+// order on keys, so the result is the maximum.) Runs shorter than a SIMD group
+// take a butterfly of shuffles.
 template <typename R, int LANES>
 METAL_FUNC pivot_key<R> simd_best(pivot_key<R> mine) {
+  if (LANES == 32) {
+    // Over a whole SIMD group: two reductions (one instruction each on CUDA),
+    // the largest value, then the lowest position among the lanes that hold it.
+    const R top = simd_max(mine.value);
+    return {top, simd_min(mine.value == top ? mine.position : int(NO_PIVOT_POSITION))};
+  }
   #pragma unroll
   for (int offset = LANES / 2; offset > 0; offset /= 2) {
     const pivot_key<R> other = {simd_shuffle_xor(mine.value, ushort(offset)),
@@ -85,8 +92,7 @@ struct pivot_divisor {
 template <typename T>
 METAL_FUNC pivot_divisor<T> divisor(T pivot) {
   typedef typename scalar_traits<T>::real R;
-  const T one = scalar_traits<T>::from_real(R(1));
-  return {pivot, one / pivot, has_safe_reciprocal(pivot), pivot == scalar_traits<T>::from_real(R(0))};
+  return {pivot, reciprocal(pivot), has_safe_reciprocal(pivot), pivot == scalar_traits<T>::from_real(R(0))};
 }
 
 template <typename T>
@@ -124,7 +130,10 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
                                 int count, int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
                                 threadgroup int* offered_positions, threadgroup T* offered_rows, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
-  const int CB = N < 8 ? N : 8;
+  // Blocks of 4 columns waste the least on columns left of the step; a team of
+  // 64 takes blocks of 8, which Intel's OpenCL compiler still builds (at 4 it
+  // crashes in its pass that moves values across barriers).
+  const int CB = N < 4 ? N : (N == 64 ? 8 : 4);
   const int LANES = N < 32 ? N : 32;  // a team's lanes in one SIMD group
   const int SIMDS = N / LANES;        // SIMD groups per team: 1, or 2 when N = 64
   const int team = int(pos.thread_index) / N;
@@ -148,14 +157,16 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
   int first_zero = 0;
   #pragma unroll
   for (int c = 0; c < N / CB; ++c) {
-    for (int jj = 0; jj < CB && c * CB + jj < steps; ++jj) {
-      const int j = c * CB + jj;
-      T x = row[c * CB];
+    const int block = c * CB;
+    // Every lane of a SIMD group runs the same steps (m and n are the batch's),
+    // so the shuffles below are never in divergent control flow.
+    const int block_steps = min(CB, steps - block);
+    for (int jj = 0; jj < block_steps; ++jj) {
+      const int j = block + jj;
+      T x = row[block];
       #pragma unroll
       for (int kk = 1; kk < CB; ++kk) {
-        if (kk == jj) {
-          x = row[c * CB + kk];
-        }
+        x = kk == jj ? row[block + kk] : x;
       }
       const bool eligible = active && (pivoting ? position >= j : position == j);
       pivot_key<R> best = candidate(x, position, eligible);
@@ -177,7 +188,7 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
         }
         if (eligible && lane == source_lane && position == best.position / 32) {
           #pragma unroll
-          for (int k = c * CB; k < N; ++k) {
+          for (int k = block; k < N; ++k) {
             offered_rows[(slot + simd) * N + k] = row[k];
           }
         }
@@ -203,26 +214,27 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
       if (first_zero == 0 && pivot == zero) {
         first_zero = j + 1;
       }
-      // The pivot row is not updated (its position is now j), so every shuffle
-      // below reads its values from before this step.
+      // The pivot row is not updated (its position is now j), so every read of
+      // it below sees its values from before this step. Columns left of j in
+      // this block take no update; the shuffles for them keep control flow uniform.
       const bool update = active && position > j;
       const T l = multiplier(x, divisor(pivot));
       #pragma unroll
       for (int kk = 0; kk < CB; ++kk) {
-        if (kk == jj && update) {
-          row[c * CB + kk] = l;
-        } else if (kk > jj) {
-          const T u = pivot_row_element<T, SIMDS>(row[c * CB + kk], source_lane, source_row, c * CB + kk);
-          if (update) {
-            row[c * CB + kk] = row[c * CB + kk] - l * u;
-          }
+        const T u = pivot_row_element<T, SIMDS>(row[block + kk], source_lane, source_row, block + kk);
+        T updated = multiply_subtract(row[block + kk], l, u);
+        if (kk == jj) {
+          updated = l;
+        }
+        if (update && kk >= jj) {
+          row[block + kk] = updated;
         }
       }
       #pragma unroll
-      for (int k = (c + 1) * CB; k < N; ++k) {
+      for (int k = block + CB; k < N; ++k) {
         const T u = pivot_row_element<T, SIMDS>(row[k], source_lane, source_row, k);
         if (update) {
-          row[k] = row[k] - l * u;
+          row[k] = multiply_subtract(row[k], l, u);
         }
       }
     }
@@ -246,41 +258,66 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
 // update. The multipliers come from the pivot column's lane by shuffles, formed
 // as MODE says: 0 by the reciprocal, 1 by division (a pivot below sfmin), 2 not
 // at all (a zero pivot). ROWS rows are loaded before any is stored, so that
-// their loads are in flight together; every lane takes part in the shuffles,
+// their loads are in flight together; every lane takes part in the shuffles
+// (rows past m included: control flow stays uniform, with no per-row branch),
 // but only those of columns j and right of it load and store.
-template <typename T, int ROWS, int SIMDS, int MODE>
-METAL_FUNC void panel_step(device T* column, long n, int first, int m, bool updates, bool pivot_column,
-                           ushort pivot_lane, T u, pivot_divisor<T> d) {
+template <typename T, int ROWS, int SIMDS, int MODE, bool TAIL>
+METAL_FUNC void panel_rows(device T* rows, int stride, int count, bool updates, bool pivot_column, ushort pivot_lane,
+                           T u, pivot_divisor<T> d) {
   typedef typename scalar_traits<T>::real R;
-  const T zero = scalar_traits<T>::from_real(R(0));
-  for (int i0 = first; i0 < m; i0 += ROWS * SIMDS) {
-    T own[ROWS];
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      own[r] = zero;
-      if (updates && i0 + r * SIMDS < m) {
-        own[r] = column[long(i0 + r * SIMDS) * n];
-      }
+  T own[ROWS];
+  device T* at = rows;
+  #pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    own[r] = scalar_traits<T>::from_real(R(0));
+    if (updates && (!TAIL || r < count)) {
+      own[r] = *at;
     }
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const int i = i0 + r * SIMDS;
-      if (i < m) {  // uniform across the SIMD group
-        T l = simd_shuffle(own[r], pivot_lane);
-        if (MODE == 0) {
-          l = l * d.reciprocal;
-        } else if (MODE == 1) {
-          l = l / d.pivot;
-        }
-        T updated = own[r] - l * u;
-        if (pivot_column) {
-          updated = l;
-        }
-        if (updates) {
-          column[long(i) * n] = updated;
-        }
-      }
+    at += stride;
+  }
+  at = rows;
+  #pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    T l = simd_shuffle(own[r], pivot_lane);
+    if (MODE == 0) {
+      l = l * d.reciprocal;
+    } else if (MODE == 1) {
+      l = l / d.pivot;
     }
+    T updated = multiply_subtract(own[r], l, u);
+    if (pivot_column) {
+      updated = l;
+    }
+    if (updates && (!TAIL || r < count)) {
+      *at = updated;
+    }
+    at += stride;
+  }
+}
+
+// Step j of sgetf2 on the rows first, first + SIMDS, ... (< m) of one panel
+// column, the lane's own (column points at its row 0; n is the row stride):
+// the pivot column takes the multipliers, columns right of it the rank-1
+// update. The multipliers come from the pivot column's lane by shuffles, formed
+// as MODE says: 0 by the reciprocal, 1 by division (a pivot below sfmin), 2 not
+// at all (a zero pivot). Rows go ROWS at a time, loaded before any is stored so
+// that their loads are in flight together; only the last run checks rows
+// against m. Every lane takes part in the shuffles, so control flow stays
+// uniform; only lanes of columns j and right of it load and store.
+template <typename T, int ROWS, int SIMDS, int MODE>
+METAL_FUNC void panel_step(device T* column, int n, int first, int m, bool updates, bool pivot_column,
+                           ushort pivot_lane, T u, pivot_divisor<T> d) {
+  // Offsets within a run are ints (ROWS * SIMDS rows of n); a run's start is not.
+  const int stride = SIMDS * n;
+  int i0 = first;
+  for (; i0 + (ROWS - 1) * SIMDS < m; i0 += ROWS * SIMDS) {
+    panel_rows<T, ROWS, SIMDS, MODE, false>(column + long(i0) * n, stride, ROWS, updates, pivot_column, pivot_lane,
+                                            u, d);
+  }
+  if (i0 < m) {
+    const int count = (m - i0 + SIMDS - 1) / SIMDS;
+    panel_rows<T, ROWS, SIMDS, MODE, true>(column + long(i0) * n, stride, count, updates, pivot_column, pivot_lane,
+                                           u, d);
   }
 }
 
@@ -299,7 +336,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
                                 threadgroup int* positions, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int SIMDS = GROUP / 32;
-  const int ROWS = 16;
+  const int ROWS = 8;
   const int lane = int(pos.simd_lane);
   const int steps = min(m, n);
   device T* A = a + long(pos.group_index) * m * n;

@@ -30,3 +30,42 @@ template <typename T>
 METAL_FUNC T simd_shuffle_xor(T x, ushort mask) {
   return __shfl_xor_sync(0xffffffffu, x, mask);
 }
+
+// simd_max and simd_min over the whole warp. For float and int they are one REDUX
+// (sm_80 and later): floats go through the integer order that matches theirs
+// (NaN excepted, which MSL leaves unspecified too); other types, and older GPUs,
+// take a butterfly of shuffles.
+template <typename T>
+METAL_FUNC T simd_max(T x) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const T other = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = other > x ? other : x;
+  }
+  return x;
+}
+
+template <typename T>
+METAL_FUNC T simd_min(T x) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const T other = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = other < x ? other : x;
+  }
+  return x;
+}
+
+#if __CUDA_ARCH__ >= 800
+METAL_FUNC int simd_max(int x) { return __reduce_max_sync(0xffffffffu, x); }
+METAL_FUNC int simd_min(int x) { return __reduce_min_sync(0xffffffffu, x); }
+
+// The float's bits as an int whose order is the float's: negative floats' bits
+// count down, so all but the sign bit flip.
+METAL_FUNC int ordered_bits(float x) {
+  const int bits = __float_as_int(x);
+  return bits ^ ((bits >> 31) & 0x7fffffff);
+}
+
+METAL_FUNC float from_ordered_bits(int bits) { return __int_as_float(bits ^ ((bits >> 31) & 0x7fffffff)); }
+
+METAL_FUNC float simd_max(float x) { return from_ordered_bits(__reduce_max_sync(0xffffffffu, ordered_bits(x))); }
+METAL_FUNC float simd_min(float x) { return from_ordered_bits(__reduce_min_sync(0xffffffffu, ordered_bits(x))); }
+#endif

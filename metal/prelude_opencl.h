@@ -24,3 +24,13 @@ template <typename T>
 METAL_FUNC T simd_shuffle_xor(T x, ushort mask) {
   return sub_group_shuffle_xor(x, (uint)mask);
 }
+
+template <typename T>
+METAL_FUNC T simd_max(T x) {
+  return sub_group_reduce_max(x);
+}
+
+template <typename T>
+METAL_FUNC T simd_min(T x) {
+  return sub_group_reduce_min(x);
+}
