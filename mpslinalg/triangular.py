@@ -2,8 +2,9 @@
 
 Kernels (``metal/triangular.metal``):
 
-- ``trsm_small``: n <= 64 (32 for 8-byte and complex types), one threadgroup per
-  system and block of 32 right-hand sides, A staged once, forward substitution.
+- ``trsm_small``: n <= 64 (32 for complex128), one threadgroup per system and
+  block of 32 right-hand sides (16 at n = 64), A's triangle staged once, packed,
+  forward substitution.
 - ``trsm_by_inverse``, the Gated DeltaNet fast path: real, lower or upper, n in
   {16, 32, 64}, k >= 8: inv(A) formed in threadgroup memory (16 x 16 diagonal
   blocks in registers, then doubling steps as tiled products), applied to the
@@ -21,8 +22,10 @@ from . import _checks, _dispatch
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import launch
 
-SMALL_GROUP = 32  # right-hand sides per threadgroup in trsm_small (one SIMD group)
 SIZES = (16, 32, 64)
+# Right-hand sides per threadgroup in trsm_small: a SIMD group, half of one at
+# N = 64, where a complex system's triangle and 32 columns would pass 32 KiB.
+SMALL_GROUPS = {16: 32, 32: 32, 64: 16}
 # The inverse-based kernels run a team of N threads per matrix (N for the diagonal
 # blocks; the products' register tiles then hold 8 to 32 outputs, few loads per
 # multiply-add), several teams to a threadgroup for small N. Measured on the H200:
@@ -53,9 +56,11 @@ TRSM_SMALL = Kernel(
     source="triangular.metal",
     args=(Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Scalar("n"), Scalar("k"), Scalar("a_stride")),
     instances=tuple({"N": n, "UPPER": u, "UNIT": d} for n in SIZES for u in (0, 1) for d in (0, 1)),
-    group_size=SMALL_GROUP,
-    template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), SMALL_GROUP),
-    shared=lambda N, UPPER, UNIT: [Shared("lower", "T", N * (N + 1)), Shared("columns", "T", N * (SMALL_GROUP + 1))],
+    group_size=lambda N, UPPER, UNIT: SMALL_GROUPS[N],
+    template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), SMALL_GROUPS[N]),
+    shared=lambda N, UPPER, UNIT: [
+        Shared("lower", "T", N * (N + 1) // 2), Shared("columns", "T", N * (SMALL_GROUPS[N] + 1)),
+    ],
 )
 
 
@@ -129,8 +134,9 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
         teams = batch * -(-k // _columns_per_team(n, width))
         launch(TRSM_BY_INVERSE, -(-teams // TRSM_TEAMS[n]), A, B, X, n, k, a_stride, int(upper), int(unit), teams, N=n, KC=width)
     elif n <= SIZES[-1] and TRSM_SMALL.exists(A.dtype, N=_size_for(n), UPPER=int(upper), UNIT=int(unit)):
-        blocks = -(-k // SMALL_GROUP)
-        launch(TRSM_SMALL, batch * blocks, A, B, X, n, k, a_stride, N=_size_for(n), UPPER=int(upper), UNIT=int(unit))
+        size = _size_for(n)
+        blocks = -(-k // SMALL_GROUPS[size])
+        launch(TRSM_SMALL, batch * blocks, A, B, X, n, k, a_stride, N=size, UPPER=int(upper), UNIT=int(unit))
     else:
         X = _solve_blocked(A, B, upper, unit)
     return X
