@@ -128,7 +128,8 @@ METAL_FUNC T pivot_row_element(T mine, int source_lane, threadgroup T* source_ro
 template <typename T, int N, int TEAMS>
 METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* pivots, device int* info, int m, int n,
                                 int count, int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
-                                threadgroup int* offered_positions, threadgroup T* offered_rows, thread_position pos) {
+                                threadgroup int* offered_positions, threadgroup T* offered_rows, threadgroup T* staging,
+                                thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   // Blocks of 4 columns waste the least on columns left of the step; a team of
   // 64 takes blocks of 8, which Intel's OpenCL compiler still builds (at 4 it
@@ -145,13 +146,32 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
   const int steps = min(m, n);
   const T zero = scalar_traits<T>::from_real(R(0));
 
+  // The matrix moves between device memory and registers through threadgroup
+  // memory, WIDTH columns at a time: a team reads and writes runs of its
+  // matrix's rows with consecutive threads (one row per thread would touch a
+  // cache sector per thread and access).
+  const int WIDTH = N < 32 ? N : 32;
+  threadgroup T* tile = staging + team * N * (WIDTH + 1);
+  const device T* A = a + matrix * m * n;
   T row[N];
   #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    row[k] = zero;
-    if (active && k < n) {
-      row[k] = a[(matrix * m + t) * n + k];
+  for (int c0 = 0; c0 < N; c0 += WIDTH) {
+    for (int e = t; e < N * WIDTH; e += N) {
+      const int i = e / WIDTH;
+      const int k = c0 + e % WIDTH;
+      if (matrix < count && i < m && k < n) {
+        tile[i * (WIDTH + 1) + k - c0] = A[i * n + k];
+      }
     }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    #pragma unroll
+    for (int k = c0; k < c0 + WIDTH; ++k) {
+      row[k] = zero;
+      if (active && k < n) {
+        row[k] = tile[t * (WIDTH + 1) + k - c0];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   int position = t;
   int first_zero = 0;
@@ -239,13 +259,25 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
       }
     }
   }
-  if (active) {
-    #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if (k < n) {
-        lu[(matrix * m + position) * n + k] = row[k];
+  // Each row goes to its final position.
+  device T* LU = lu + matrix * m * n;
+  #pragma unroll
+  for (int c0 = 0; c0 < N; c0 += WIDTH) {
+    if (active) {
+      #pragma unroll
+      for (int k = c0; k < c0 + WIDTH; ++k) {
+        tile[position * (WIDTH + 1) + k - c0] = row[k];
       }
     }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int e = t; e < N * WIDTH; e += N) {
+      const int i = e / WIDTH;
+      const int k = c0 + e % WIDTH;
+      if (matrix < count && i < m && k < n) {
+        LU[i * n + k] = tile[i * (WIDTH + 1) + k - c0];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   if (matrix < count && t == 0) {
     info[matrix] = first_zero;

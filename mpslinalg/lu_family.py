@@ -41,11 +41,13 @@ LU_FACTOR_SMALL = Kernel(
     group_size=lambda N: N * TEAMS[N],
     template=lambda N: (N, TEAMS[N]),
     # A team of 64 spans two SIMD groups, which offer their best rows in two
-    # double-buffered slots each; smaller teams need no threadgroup memory.
+    # double-buffered slots each (smaller teams need none); every team stages its
+    # matrix, 32 columns at a time.
     shared=lambda N: [
         Shared("offered_values", "R", 4 * TEAMS[N]),
         Shared("offered_positions", "int", 4 * TEAMS[N]),
         Shared("offered_rows", "T", 4 * TEAMS[N] * N if N > 32 else 1),
+        Shared("staging", "T", TEAMS[N] * N * (min(N, 32) + 1)),
     ],
     # A complex128 row of 64 is 256 registers: that size takes the panel kernel.
     where=lambda dtype, N: not (dtype == torch.complex128 and N == 64),
