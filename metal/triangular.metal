@@ -63,6 +63,77 @@ METAL_FUNC void trsm_small(const device T* a, const device T* b, device T* x, in
   }
 }
 
+// strsm (Left, Lower, No transpose) with a thread per row: thread i holds row
+// i of a block of KC right-hand sides in registers; at step j row j is final,
+// goes to threadgroup memory, and every row below takes its update with its own
+// L(i, j). One threadgroup of N threads per (system, block of KC columns), one
+// barrier a step (the buffer of the final row alternates with the step's
+// parity). The diagonal divides as strsm does, by its reciprocal where that
+// cannot overflow (sgetf2's test); a zero diagonal gives inf/NaN, no error.
+//   a: batch x n x n (a_stride apart: 0 broadcasts one A), b and x: batch x n x k.
+template <typename T, int N, bool UPPER, bool UNIT, int KC>
+METAL_FUNC void trsm_rows(const device T* a, const device T* b, device T* x, int n, int k, long a_stride,
+                          threadgroup T* solved, thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const int blocks = (k + KC - 1) / KC;
+  const long system = pos.group_index / blocks;
+  const int c0 = int(pos.group_index % blocks) * KC;
+  const device T* A = a + system * a_stride;
+  const device T* B = b + system * n * k;
+  device T* X = x + system * n * k;
+  const int i = int(pos.thread_index);
+  const int row = UPPER ? n - 1 - i : i;
+  const bool active = i < n;
+  T own[KC];
+  #pragma unroll
+  for (int c = 0; c < KC; ++c) {
+    own[c] = scalar_traits<T>::from_real(R(0));
+    if (active && c0 + c < k) {
+      own[c] = B[row * k + c0 + c];
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    threadgroup T* final_row = solved + (j % 2) * KC;
+    if (i == j) {
+      if (!UNIT) {
+        const T d = lower_element<UPPER>(A, n, j, j);
+        if (has_safe_reciprocal(d)) {
+          const T r = reciprocal(d);
+          #pragma unroll
+          for (int c = 0; c < KC; ++c) {
+            own[c] = own[c] * r;
+          }
+        } else {
+          #pragma unroll
+          for (int c = 0; c < KC; ++c) {
+            own[c] = own[c] / d;
+          }
+        }
+      }
+      #pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        final_row[c] = own[c];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (active && i > j) {
+      const T l = lower_element<UPPER>(A, n, i, j);
+      #pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        own[c] = multiply_subtract(own[c], l, final_row[c]);
+      }
+    }
+  }
+  if (active) {
+    #pragma unroll
+    for (int c = 0; c < KC; ++c) {
+      if (c0 + c < k) {
+        X[row * k + c0 + c] = own[c];
+      }
+    }
+  }
+}
+
 // The lower triangle of an n x n matrix (n <= N) padded to N x N with the
 // identity, into threadgroup memory (row stride N + 1), zeros above the
 // diagonal. Row i of A is at a + i * row_stride; with `upper` the upper

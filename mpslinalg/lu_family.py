@@ -117,9 +117,10 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[to
     k = min(m, n)
     count = a.shape[:-2].numel()
     flat = a.reshape(count, m, n)
-    info = torch.zeros(count, dtype=torch.int32, device=a.device)
-    pivots = torch.empty(count, k, dtype=torch.int32, device=a.device)
     size = _small_size(m, n, a.dtype)
+    # The small kernel writes every info; the panels only record a first zero pivot.
+    info = (torch.empty if size and count and k else torch.zeros)(count, dtype=torch.int32, device=a.device)
+    pivots = torch.empty(count, k, dtype=torch.int32, device=a.device)
     if count == 0 or k == 0:
         lu = flat.clone()
     elif size:
@@ -341,6 +342,9 @@ def _lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: boo
     """X with A X = B, A^H X = B, X A = B or X A^H = B for A = P L U (sgetrs), as the
     permutation and two triangular solves on the packed LU: differentiable in LU and B."""
     order = _permutation(pivots, LU.shape[-1])
+    # The kernels take row-major LU; torch's CUDA lu_factor returns column-major
+    # factors, which are copied once here rather than once per triangular solve.
+    LU = _checks.resolved(LU)
     solve = triangular._solve  # (A, B, upper, left, unit), batch dims broadcast
     if left and not adjoint:  # X = U^-1 L^-1 P^T B
         return solve(LU, solve(LU, _rows(B, order), False, True, True), True, True, False)

@@ -72,6 +72,19 @@ def _panel_width(n: int, k: int) -> int:
     return next((w for w in PANEL_WIDTHS[n] if k <= w), PANEL_WIDTHS[n][-1])
 
 
+BY_ROWS = True  # A/B switch (temporary)
+ROWS_BLOCK = 8  # right-hand sides per threadgroup of trsm_rows, in each thread's registers
+
+TRSM_ROWS = Kernel(
+    function="trsm_rows",
+    source="triangular.metal",
+    args=(Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Scalar("n"), Scalar("k"), Scalar("a_stride")),
+    instances=tuple({"N": n, "UPPER": u, "UNIT": d} for n in SIZES for u in (0, 1) for d in (0, 1)),
+    group_size=lambda N, UPPER, UNIT: N,
+    template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), ROWS_BLOCK),
+    shared=lambda N, UPPER, UNIT: [Shared("solved", "T", 2 * ROWS_BLOCK)],
+)
+
 TRSM_BY_INVERSE = Kernel(
     function="trsm_by_inverse",
     source="triangular.metal",
@@ -133,6 +146,9 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
     if k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, KC=width):
         teams = batch * -(-k // _columns_per_team(n, width))
         launch(TRSM_BY_INVERSE, -(-teams // TRSM_TEAMS[n]), A, B, X, n, k, a_stride, int(upper), int(unit), teams, N=n, KC=width)
+    elif n <= SIZES[-1] and BY_ROWS:
+        size = _size_for(n)
+        launch(TRSM_ROWS, batch * -(-k // ROWS_BLOCK), A, B, X, n, k, a_stride, N=size, UPPER=int(upper), UNIT=int(unit))
     elif n <= SIZES[-1] and TRSM_SMALL.exists(A.dtype, N=_size_for(n), UPPER=int(upper), UNIT=int(unit)):
         size = _size_for(n)
         blocks = -(-k // SMALL_GROUPS[size])
