@@ -212,7 +212,8 @@ def test_fast_path_is_taken_for_gated_deltanet_shapes(device, monkeypatch):
     real = family.launch
     monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
     for n, k, upper, expected in [
-        (64, 64, False, "trsm_by_inverse"), (32, 8, True, "trsm_by_inverse"), (16, 7, False, "trsm_small"), (20, 8, False, "trsm_small")
+        (64, 64, False, "trsm_by_inverse"), (32, 8, True, "trsm_by_inverse"), (16, 7, False, "trsm_rows"),
+        (20, 8, False, "trsm_rows"), (20, 9, False, "trsm_small"), (40, 9, False, "trsm_rows"),
     ]:
         A, B = system((5,), (5,), n, k, torch.float32, upper, True, True)
         launched.clear()

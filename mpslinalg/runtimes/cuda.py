@@ -51,7 +51,8 @@ class CudaRuntime(Runtime):
     def _compile(self, instance: Instance, device: torch.device):
         cupy = _cupy()
         with cupy.cuda.Device(device.index):
-            module = cupy.RawModule(code=self.source(instance), options=OPTIONS)
+            module = cupy.cuda.function.Module()
+            module.load(_ptx(self.source(instance), instance.host_name, torch.cuda.get_device_capability(device)))
             return module.get_function(instance.host_name)
 
     def max_group_size(self, instance: Instance, device: torch.device) -> int:
@@ -75,6 +76,23 @@ class CudaRuntime(Runtime):
         else:
             with cupy.cuda.Device(index):
                 function((groups,), (instance.group_size,), kernel_args, stream=stream)
+
+
+def _ptx(source: str, name: str, capability: tuple[int, int]) -> bytes:
+    """PTX of ``source`` for a device of compute ``capability``, by NVRTC with OPTIONS
+    exactly. (CuPy's RawModule appends -ftz=true to every option list, which flushes
+    subnormal inputs to zero: a subnormal pivot would read as singular.)"""
+    from cupy_backends.cuda.libs import nvrtc
+
+    program = nvrtc.createProgram(source, f"{name}.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, (*OPTIONS, f"-arch=compute_{capability[0]}{capability[1]}"))
+        except nvrtc.NVRTCError as error:
+            raise RuntimeError(f"NVRTC could not compile {name}:\n{nvrtc.getProgramLog(program)}") from error
+        return nvrtc.getPTX(program)
+    finally:
+        nvrtc.destroyProgram(program)
 
 
 @functools.lru_cache(maxsize=None)
