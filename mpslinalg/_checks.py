@@ -142,3 +142,11 @@ def into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
             )
         out.resize_(result.shape)
     return out.copy_(result)
+
+
+def into_each(out, results: tuple) -> tuple:
+    """``results`` written into the tensors of ``out`` as :func:`into` does (or
+    ``results`` if out is None)."""
+    if out is None:
+        return results
+    return tuple(into(o, r) for o, r in zip(out, results))

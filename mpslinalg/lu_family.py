@@ -441,12 +441,6 @@ _ERRORS = {
 }
 
 
-def _into(out, results):
-    if out is None:
-        return results
-    return tuple(_checks.into(o, r) for o, r in zip(out, results))
-
-
 # --- public functions ---
 
 
@@ -475,7 +469,7 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu_factor_ex", out, A)
     LU, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor_ex" if check_errors else "")
-    return torch.return_types.linalg_lu_factor_ex(_into(out, (LU, pivots, info)))
+    return torch.return_types.linalg_lu_factor_ex(_checks.into_each(out, (LU, pivots, info)))
 
 
 def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
@@ -488,7 +482,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu_factor", out, A)
     LU, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor")
-    return torch.return_types.linalg_lu_factor(_into(out, (LU, pivots)))
+    return torch.return_types.linalg_lu_factor(_checks.into_each(out, (LU, pivots)))
 
 
 def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
@@ -509,7 +503,7 @@ def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
         P.scatter_(-2, order[..., None, :], 1)  # column i of P is e_order[i]
     else:
         P = A.new_empty(0)
-    return torch.return_types.linalg_lu(_into(out, (P, L, U)))
+    return torch.return_types.linalg_lu(_checks.into_each(out, (P, L, U)))
 
 
 def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool = True, adjoint: bool = False, out=None):
@@ -551,7 +545,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     if not _kernels_for(A):
         return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve_ex" if check_errors else "")
-    return torch.return_types.linalg_solve_ex(_into(out, (X, info)))
+    return torch.return_types.linalg_solve_ex(_checks.into_each(out, (X, info)))
 
 
 def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> torch.Tensor:
@@ -602,9 +596,9 @@ def slogdet(A: torch.Tensor, *, out=None):
     _checks.out_without_grad("_linalg_slogdet", out, A)
     if A.shape[-1] == 0:
         sign = torch.ones(A.shape[:-2], dtype=A.dtype, device=A.device)
-        return torch.return_types.linalg_slogdet(_into(out, (sign, sign.real.new_zeros(sign.shape))))
+        return torch.return_types.linalg_slogdet(_checks.into_each(out, (sign, sign.real.new_zeros(sign.shape))))
     LU, pivots, _ = _lu_factor(A, True)
-    return torch.return_types.linalg_slogdet(_into(out, _slogdet_from(LU, pivots)))
+    return torch.return_types.linalg_slogdet(_checks.into_each(out, _slogdet_from(LU, pivots)))
 
 
 def logdet(A: torch.Tensor) -> torch.Tensor:

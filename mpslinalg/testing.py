@@ -174,3 +174,16 @@ def general_solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor, left:
     if adjoint:
         a = np.conj(np.swapaxes(a, -1, -2))
     return _column_ratio(a, x, b, left, A.dtype)
+
+
+def qr_ratios(A: torch.Tensor, Q: torch.Tensor, R: torch.Tensor) -> tuple[float, float]:
+    """LAPACK's sqrt01 / sqrt02 ratios, the largest over the batch:
+    ||R - Q^H A||_1 / (max(1, m) ||A||_1 eps) and ||I - Q^H Q||_1 / (max(1, m) eps)."""
+    a, q, r = exact(A), exact(Q), exact(R)
+    m = a.shape[-2]
+    e = eps(A.dtype)
+    qh = np.conj(np.swapaxes(q, -1, -2))
+    rows = r.shape[-2]
+    residual = norm1(r - (qh @ a)[..., :rows, :]) / (max(1, m) * np.maximum(norm1(a), np.finfo(float).tiny) * e)
+    orthogonality = norm1(np.eye(q.shape[-1]) - qh @ q) / (max(1, m) * e)
+    return float(np.max(residual, initial=0)), float(np.max(orthogonality, initial=0))
