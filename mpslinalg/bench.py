@@ -36,6 +36,8 @@ BASELINES = (
     "torch.linalg.lu_factor_ex",
     "torch.linalg.lu_solve",
     "torch.linalg.det",
+    "torch.linalg.qr",
+    "torch.geqrf",
 )
 
 # Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
@@ -271,7 +273,42 @@ def bench_lu(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
-FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu}
+def _jax_qr():
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        return lambda A: jax.block_until_ready(jnp.linalg.qr(jax.dlpack.from_dlpack(A)))
+    except Exception:  # JAX missing, or without a GPU
+        return None
+
+
+def bench_qr(device: torch.device, batch: int) -> list[Result]:
+    """qr (reduced) on 10^4 small and tall matrices and single large ones, against
+    torch.linalg.qr and, where importable, JAX's jnp.linalg.qr."""
+    results = []
+    count = 10_000 if device.type != "cpu" else 256
+    jax_qr = _jax_qr() if device.type == "cuda" else None
+    for dtype in (torch.float32, torch.complex64):
+        kind = str(dtype).removeprefix("torch.")
+        for m, n in ((8, 8), (32, 32), (64, 64), (128, 32)):
+            A = torch.randn(count, m, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(m))
+            k = min(m, n)
+            nbytes = (count * m * n + count * m * k + count * k * n) * A.element_size()
+            rows = [
+                ("mpslinalg.qr", lambda: LA.qr(A), nbytes),
+                ("torch.linalg.qr", lambda: torch.linalg.qr(A), nbytes),
+                ("mpslinalg.geqrf", lambda: LA.geqrf(A), 2 * count * m * n * A.element_size()),
+                ("torch.geqrf", lambda: torch.geqrf(A), 2 * count * m * n * A.element_size()),
+            ]
+            if jax_qr is not None:
+                rows.append(("jax.numpy.linalg.qr", lambda: jax_qr(A), nbytes))
+            # torch.linalg.qr takes about 0.6 s a call here: few calls.
+            results += measure("qr", f"{count} x {m}x{n} {kind}", rows, device, loop=1, repeats=3)
+    return results
+
+
+FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:
@@ -293,7 +330,8 @@ def _baseline(results: list[Result], r: Result) -> Result | None:
     graph = r.implementation.endswith(" (graph)")
     rows = [b for b in results if b.case == r.case and b.implementation.removesuffix(" (graph)") in BASELINES]
     function = r.implementation.removesuffix(" (graph)").split(" ")[0].rsplit(".", 1)[-1]
-    rows = [b for b in rows if b.implementation.removesuffix(" (graph)") == f"torch.linalg.{function}"] or rows
+    namesakes = (f"torch.linalg.{function}", f"torch.{function}")  # torch.geqrf is not in torch.linalg
+    rows = [b for b in rows if b.implementation.removesuffix(" (graph)") in namesakes] or rows
     return next((b for b in rows if b.implementation.endswith(" (graph)") == graph), rows[0] if rows else None)
 
 
