@@ -127,6 +127,25 @@ METAL_FUNC complex_t<R> simd_shuffle(complex_t<R> z, ushort lane) {
   return {simd_shuffle(z.re, lane), simd_shuffle(z.im, lane)};
 }
 
+// The sum and the maximum over aligned runs of LANES <= 32 lanes of a SIMD
+// group, by a butterfly of shuffles: every lane of a run ends with the same
+// value (each level adds the same two operands, in either order).
+template <int LANES, typename R>
+METAL_FUNC R lanes_sum(R x) {
+  for (int offset = LANES / 2; offset > 0; offset /= 2) {
+    x += simd_shuffle_xor(x, ushort(offset));
+  }
+  return x;
+}
+
+template <int LANES, typename R>
+METAL_FUNC R lanes_max(R x) {
+  for (int offset = LANES / 2; offset > 0; offset /= 2) {
+    x = fmax(x, simd_shuffle_xor(x, ushort(offset)));
+  }
+  return x;
+}
+
 // |re| + |im|: the magnitude LAPACK's isamax/icamax compare when pivoting.
 template <typename R>
 METAL_FUNC R abs1(R x) {

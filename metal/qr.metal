@@ -59,50 +59,67 @@ METAL_FUNC R squared_magnitude(complex_t<R> z) {
   return fma(z.re, z.re, z.im * z.im);
 }
 
-// slarfg / clarfg on x[0 .. length) = [alpha; x]: overwrites it with [beta; v]
-// so that H^H [alpha; x] = [beta; 0] for H = I - tau [1; v] [1; v]^H, and returns
-// tau; beta = -sign(Re alpha) ||[alpha; x]|| is real. x = 0 with a real alpha
-// gives tau = 0 (H = I, even for alpha < 0, as LAPACK). The norm is formed with
-// every term scaled by the largest, so that it neither overflows nor underflows
-// where the result is representable (LAPACK's snrm2 / slapy3 do the same); v is
-// x times 1 / (alpha - beta), or x divided by it where that reciprocal would
-// overflow (LAPACK rescales instead; the quotient is as accurate).
+// A reflector's tau and beta (the new diagonal entry of R).
 template <typename T>
-METAL_FUNC T make_reflector(threadgroup T* x, int length) {
+struct reflector {
+  T tau;
+  typename scalar_traits<T>::real beta;
+};
+
+// slarfg / clarfg on rows j .. m - 1 of column v = [alpha; x], by the LANES
+// lanes of a team's first SIMD group, lane l taking rows l, l + LANES, ...:
+// scales x (rows > j) to the reflector's v so that H^H [alpha; x] = [beta; 0]
+// for H = I - tau [1; v] [1; v]^H, and returns tau and beta = -sign(Re alpha)
+// ||[alpha; x]||, which the caller stores at row j once every lane has read
+// alpha. x = 0 with a real alpha gives tau = 0 (H = I, even for alpha < 0, as
+// LAPACK). The norm is formed from terms scaled by the largest, so that it
+// neither overflows nor underflows where the result is representable (as
+// snrm2 / slapy3); v is x times 1 / (alpha - beta), or x divided by it where
+// that reciprocal would overflow (LAPACK rescales instead). Every lane of the
+// SIMD group calls this (its reductions are shuffles).
+template <typename T, int LANES, int ROWS>
+METAL_FUNC reflector<T> make_reflector(threadgroup T* v, int j, int m, int lane) {
   typedef typename scalar_traits<T>::real R;
-  const T alpha = x[0];
-  R scale = fmax(fabs(real_part(alpha)), fabs(imag_part(alpha)));
+  const T alpha = v[j];
   R tail_scale = R(0);
-  for (int i = 1; i < length; ++i) {
-    tail_scale = fmax(tail_scale, abs_max(x[i]));
+  #pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int i = lane + r * LANES;
+    if (i > j && i < m) {
+      tail_scale = fmax(tail_scale, abs_max(v[i]));
+    }
   }
-  const T zero = scalar_traits<T>::from_real(R(0));
-  if (tail_scale == R(0) && imag_part(alpha) == R(0)) {
-    return zero;
-  }
-  scale = fmax(scale, tail_scale);
+  tail_scale = lanes_max<LANES>(tail_scale);
+  const R scale = fmax(tail_scale, fmax(fabs(real_part(alpha)), fabs(imag_part(alpha))));
+  const R inverse_scale = scale > R(0) ? R(1) / scale : R(0);
   R sum = R(0);
-  for (int i = 1; i < length; ++i) {
-    sum += squared_magnitude(R(1) / scale * x[i]);
+  #pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int i = lane + r * LANES;
+    if (i > j && i < m) {
+      sum += squared_magnitude(inverse_scale * v[i]);
+    }
   }
-  const R re = real_part(alpha) / scale;
-  const R im = imag_part(alpha) / scale;
+  sum = lanes_sum<LANES>(sum);
+  if (tail_scale == R(0) && imag_part(alpha) == R(0)) {
+    return {scalar_traits<T>::from_real(R(0)), real_part(alpha)};
+  }
+  const R re = real_part(alpha) * inverse_scale;
+  const R im = imag_part(alpha) * inverse_scale;
   const R norm = scale * sqrt(fma(re, re, fma(im, im, sum)));
   const R beta = real_part(alpha) >= R(0) ? -norm : norm;
   const T tau = with_imag(scalar_traits<T>::from_real((beta - real_part(alpha)) / beta), -imag_part(alpha) / beta);
   const T d = alpha - scalar_traits<T>::from_real(beta);
-  if (has_safe_reciprocal(d)) {
-    const T r = reciprocal(d);
-    for (int i = 1; i < length; ++i) {
-      x[i] = x[i] * r;
-    }
-  } else {
-    for (int i = 1; i < length; ++i) {
-      x[i] = x[i] / d;
+  const bool by_reciprocal = has_safe_reciprocal(d);
+  const T factor = reciprocal(d);
+  #pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int i = lane + r * LANES;
+    if (i > j && i < m) {
+      v[i] = by_reciprocal ? v[i] * factor : v[i] / d;
     }
   }
-  x[0] = scalar_traits<T>::from_real(beta);
-  return tau;
+  return {tau, beta};
 }
 
 // The team's matrix (m x n, row-major in device memory) into its tile by
@@ -141,9 +158,10 @@ METAL_FUNC void apply_reflector(threadgroup T* c, const threadgroup T* v, int fi
 }
 
 // sgeqr2 / cgeqr2 for m x n matrices, m, n <= N, a team of N threads per matrix
-// and TEAMS teams per threadgroup. At step j thread j forms the reflector from
-// its column; after one barrier every column right of it takes H_j^H (the
-// reflector's column is read, not written, until step j is over).
+// and TEAMS teams per threadgroup. At step j the team forms the reflector from
+// column j; after a barrier every column right of it takes H_j^H (the
+// reflector's column is read, not written, until step j is over, but for its
+// diagonal entry, which no update reads).
 //   a, qr: count x m x n (qr: R on and above the diagonal, the v_j below);
 //   tau: count x min(m, n).
 template <typename T, int N, int TEAMS>
@@ -157,17 +175,29 @@ METAL_FUNC void geqrf_small(const device T* a, device T* qr, device T* tau, int 
   threadgroup T* tile = tiles + team * N * (N + 1);
   load_columns<T, N>(a + matrix * m * n, m, n, present, tile, t);
   threadgroup_barrier(mem_flags::mem_threadgroup);
+  // The reflectors are formed by the team's first SIMD group (all of a team of
+  // N <= 32), which holds every row's lane.
+  const int LANES = N < 32 ? N : 32;
   for (int j = 0; j < steps; ++j) {
     threadgroup T* v = tile + j * (N + 1);
-    if (present && t == j) {
-      taus[team * N + j] = make_reflector(v + j, m - j);
+    typename scalar_traits<T>::real beta = 0;
+    if (t < LANES) {
+      const reflector<T> h = make_reflector<T, LANES, N / LANES>(v, j, m, t);
+      beta = h.beta;
+      if (t == 0) {
+        taus[team * N + j] = h.tau;
+      }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (present && t == j % LANES) {
+      v[j] = scalar_traits<T>::from_real(beta);
+    }
     if (present && t > j && t < n) {
       apply_reflector(tile + t * (N + 1), v, j, m, conj(taus[team * N + j]));
     }
+    // Column j + 1, updated by its thread, is read by the next reflector's lanes.
+    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   store_columns<T, N>(tile, qr + matrix * m * n, m, n, present, t);
   if (present && t < steps) {
     tau[matrix * steps + t] = taus[team * N + t];
