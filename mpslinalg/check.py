@@ -21,6 +21,7 @@ from . import testing
 from ._dispatch import backends, use_backend
 from .inverse import SMALL
 from .lu_family import SIZES as LU_SIZES
+from .qr_family import GEQRF_SMALL, small_size as qr_small_size
 
 
 @dataclass
@@ -89,6 +90,7 @@ def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
                 results.append(Row(name, str(dtype).removeprefix("torch."), shape, ratio(result), testing.THRESHOLD, seconds, via))
         results += _triangular_rows(device, dtype, rng)
         results += _lu_rows(device, dtype, rng)
+        results += _qr_rows(device, dtype, rng)
         singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
         _, seconds = _timed(device, lambda: LA.inv_ex(singular))
         results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
@@ -158,6 +160,22 @@ def _lu_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
         D = testing.batch_of((count,), n, dtype, rng, cond=4, scale=2).to(device)
         d, seconds = _timed(device, lambda: LA.det(D))
         results.append(Row("det", name, shape, testing.det_ratio(D, d), testing.THRESHOLD, seconds, via))
+    return results
+
+
+def _qr_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+    """qr in its reduced and complete modes: sqrt01's residual and sqrt02's orthogonality."""
+    results = []
+    name = str(dtype).removeprefix("torch.")
+    for count, m, n in [(500, 8, 8), (500, 32, 32), (200, 32, 20), (200, 20, 32), (4, 100, 60)]:
+        A = torch.from_numpy(np.asarray(rng.standard_normal((count, m, n)))).to(dtype).to(device)
+        via = "small kernels" if qr_small_size(GEQRF_SMALL, m, n, dtype) else "torch geqrf"
+        for mode in ("reduced", "complete"):
+            (Q, R), seconds = _timed(device, lambda: LA.qr(A, mode=mode))
+            residual, orthogonality = testing.qr_ratios(A.cpu(), Q.cpu(), R.cpu())
+            shape = f"{count}x{m}x{n} {mode}"
+            results.append(Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via))
+            results.append(Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via))
     return results
 
 

@@ -54,7 +54,7 @@ HOUSEHOLDER_SMALL = Kernel(
 MODES = ("reduced", "complete", "r")
 
 
-def _small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
+def small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
     """The N of ``kernel``'s instance for m x n, or 0 if none applies."""
     size = next((s for s in SIZES if max(m, n) <= s), 0)
     return size if size and kernel.exists(dtype, N=size) else 0
@@ -68,7 +68,7 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     *batch, m, n = a.shape
     k = min(m, n)
     count = a.shape[:-2].numel()
-    size = _small_size(GEQRF_SMALL, m, n, a.dtype)
+    size = small_size(GEQRF_SMALL, m, n, a.dtype)
     if count == 0 or k == 0:
         return a.clone(), a.new_zeros((*batch, k))
     if not size:
@@ -97,7 +97,7 @@ def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     *batch, m, n = a.shape
     k = t.shape[-1]
     count = a.shape[:-2].numel()
-    size = _small_size(HOUSEHOLDER_SMALL, m, n, a.dtype)
+    size = small_size(HOUSEHOLDER_SMALL, m, n, a.dtype)
     if count == 0 or n == 0:
         return torch.empty_like(a)
     if not size:
