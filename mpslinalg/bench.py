@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 import warnings
@@ -273,13 +274,21 @@ def bench_lu(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
-def _jax_qr():
+def _jax_qr(sample: torch.Tensor):
+    """jnp.linalg.qr on a CUDA tensor (through DLPack, no copy), or None where JAX is
+    missing or cannot run beside torch here. JAX must not preallocate the GPU's
+    memory that torch already holds."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         import jax
         import jax.numpy as jnp
 
-        return lambda A: jax.block_until_ready(jnp.linalg.qr(jax.dlpack.from_dlpack(A)))
-    except Exception:  # JAX missing, or without a GPU
+        def call(A):
+            return jax.block_until_ready(jnp.linalg.qr(jax.dlpack.from_dlpack(A)))
+
+        call(sample)
+        return call
+    except Exception:  # JAX missing, without a GPU, or failing beside torch
         return None
 
 
@@ -288,7 +297,7 @@ def bench_qr(device: torch.device, batch: int) -> list[Result]:
     torch.linalg.qr and, where importable, JAX's jnp.linalg.qr."""
     results = []
     count = 10_000 if device.type != "cpu" else 256
-    jax_qr = _jax_qr() if device.type == "cuda" else None
+    jax_qr = _jax_qr(torch.randn(4, 8, 8, device=device)) if device.type == "cuda" else None
     for dtype in (torch.float32, torch.complex64):
         kind = str(dtype).removeprefix("torch.")
         for m, n in ((8, 8), (32, 32), (64, 64), (128, 32)):
