@@ -49,6 +49,11 @@ def device(request):
     if request.param == "opencl":
         with mpslinalg.use_backend("opencl"):
             yield torch.device("cpu")
+    elif request.param == "cuda":
+        yield torch.device("cuda")
+        # A kernel fault is reported by the next CUDA call and then by every later one
+        # in the process: synchronising here charges it to the test that caused it.
+        torch.cuda.synchronize()
     else:
         yield torch.device(DEVICES[request.param])
 
