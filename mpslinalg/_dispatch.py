@@ -51,6 +51,14 @@ def kernel_runtime(tensor: torch.Tensor) -> Runtime | None:
     return RUNTIMES.get(_runtime_name(tensor.device.type))
 
 
+def has_kernels(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` runs on mpslinalg's kernels: a usable runtime for its device
+    that has kernels of its dtype (else torch.linalg, which raises its own errors for
+    dtypes it rejects)."""
+    runtime = kernel_runtime(tensor)
+    return runtime is not None and tensor.dtype in runtime.dtypes
+
+
 # Probing a runtime is not traceable; under torch.compile the choice is made
 # once, when the function is compiled.
 @torch.compiler.assume_constant_result

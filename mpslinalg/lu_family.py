@@ -385,13 +385,6 @@ def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor, adjoint: bool = False)
 # --- argument checks, with torch.linalg's messages ---
 
 
-def _kernels_for(A: torch.Tensor) -> bool:
-    """Whether A runs on mpslinalg's kernels (else torch.linalg, which raises its own
-    errors for dtypes it rejects)."""
-    runtime = _dispatch.kernel_runtime(A)
-    return runtime is not None and A.dtype in runtime.dtypes
-
-
 def _check_pair(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: str = "A") -> None:
     _checks.system(api, A, B, left, a_name)
     _checks.broadcast_batch(B.shape[:-2], A.shape[:-2])  # torch's error if they do not broadcast
@@ -463,7 +456,7 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
         the lowest row on ties, as LAPACK. Gradients flow to LU (torch's formula:
         A must have full rank), in reverse and forward mode.
     """
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.lu_factor_ex(A, pivot=pivot, check_errors=check_errors, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
@@ -476,7 +469,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
     """``(LU, pivots)`` as :func:`lu_factor_ex`, raising torch's RuntimeError when a
     U[i, i] is exactly zero (which synchronises with the device), like
     ``torch.linalg.lu_factor``."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.lu_factor(A, pivot=pivot, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
@@ -489,7 +482,7 @@ def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
     """``(P, L, U)`` with A = P L U, like ``torch.linalg.lu``: P ``(*, m, m)`` (empty
     with ``pivot=False``), L ``(*, m, k)`` unit lower, U ``(*, k, n)``, k = min(m, n).
     Gradients flow to L and U."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.lu(A, pivot=pivot, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"linalg.lu: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
@@ -514,7 +507,7 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: b
     ``(*, n, k)`` (or ``(*, k, n)``), batch dims broadcast with LU's. A zero
     pivot gives inf/NaN, no error. Differentiable in LU and B.
     """
-    if not _kernels_for(LU):
+    if not _dispatch.has_kernels(LU):
         return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
     api = "linalg.lu_solve"
     if B.dim() < 2:
@@ -542,7 +535,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     partial pivoting, then the triangular solves; ``info`` as :func:`lu_factor_ex`
     (X then holds inf/NaN). B may be a vector (``(*, n)``). No host synchronisation
     unless ``check_errors``. Differentiable in A and B."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve_ex" if check_errors else "")
     return torch.return_types.linalg_solve_ex(_checks.into_each(out, (X, info)))
@@ -552,7 +545,7 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> t
     """X with A X = B (or X A = B), like ``torch.linalg.solve``; raises
     ``torch.linalg.LinAlgError`` for singular A (a host synchronisation; ``solve_ex``
     has none)."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.solve(A, B, left=left, out=out)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve")
     return _checks.into(out, X)
@@ -590,7 +583,7 @@ def slogdet(A: torch.Tensor, *, out=None):
     A's dtype (a unit complex number for complex A, 0 if A is singular), logabsdet is
     real (-inf if singular). From the LU's diagonal and pivots, on the device.
     Gradients as torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A)."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.slogdet(A, out=out)
     _checks.square("linalg.slogdet", A)
     _checks.out_without_grad("_linalg_slogdet", out, A)
@@ -604,7 +597,7 @@ def slogdet(A: torch.Tensor, *, out=None):
 def logdet(A: torch.Tensor) -> torch.Tensor:
     """log(det(A)), like ``torch.logdet``: NaN for a real A with negative determinant,
     -inf for a singular one; complex A gives the complex logarithm."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.logdet(A)
     _checks.square("logdet", A)
     sign, logabs = slogdet(A)

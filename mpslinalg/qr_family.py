@@ -51,9 +51,6 @@ HOUSEHOLDER_SMALL = Kernel(
     shared=lambda N: [Shared("tiles", "T", TEAMS[N] * N * (N + 1))],
 )
 
-MODES = ("reduced", "complete", "r")
-
-
 def small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
     """The N of ``kernel``'s instance for m x n, or 0 if none applies."""
     size = next((s for s in SIZES if max(m, n) <= s), 0)
@@ -89,7 +86,7 @@ _geqrf_op = torch.library.custom_op("mpslinalg::geqrf", mutates_args=())(_geqrf_
 
 @_geqrf_op.register_fake
 def _(A):
-    return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty((*A.shape[:-1][:-1], min(A.shape[-2:])))
+    return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty((*A.shape[:-2], min(A.shape[-2:])))
 
 
 def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
@@ -226,17 +223,12 @@ _qr_op.register_autograd(_qr_backward, setup_context=_qr_setup)
 # --- public functions ---
 
 
-def _kernels_for(A: torch.Tensor) -> bool:
-    runtime = _dispatch.kernel_runtime(A)
-    return runtime is not None and A.dtype in runtime.dtypes
-
-
 def geqrf(A: torch.Tensor, *, out=None):
     """``(a, tau)``: A's QR factorization in LAPACK's packed form, like ``torch.geqrf``:
     R on and above the diagonal of ``a``, the Householder vectors below it
     (H_j = I - tau_j v_j v_j^H, v_j[j] = 1), ``tau`` ``(*, min(m, n))``. Not
     differentiable, as in torch."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.geqrf(A, out=out)
     if A.dim() < 2:
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
@@ -251,7 +243,7 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
     """The first n columns of H_0 ... H_{k-1} (m x n), the reflectors as :func:`geqrf`
     leaves them in A (m x n, m >= n >= k = tau.shape[-1]), like
     ``torch.linalg.householder_product``. Differentiable in A and tau."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.householder_product(A, tau, out=out)
     if A.dim() >= 2 and A.dtype != tau.dtype:  # the meta kernel words this one differently
         raise RuntimeError(
@@ -259,10 +251,7 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
             f"does not match input dtype {_checks.type_name(A.dtype)}"
         )
     torch.linalg.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
-    if A.device != tau.device:
-        raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {tau.device} and {A.device}!"
-        )
+    _checks.same_device(A, tau)
     return _checks.into(out, _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau))
 
 
@@ -271,7 +260,7 @@ def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):
     of either sign as LAPACK leaves it. ``mode``: 'reduced' (Q m x k, R k x n, k =
     min(m, n)), 'complete' (Q m x m, R m x n) or 'r' (R only, Q empty).
     Differentiable as torch's: 'reduced', and 'complete' when m <= n."""
-    if not _kernels_for(A):
+    if not _dispatch.has_kernels(A):
         return torch.linalg.qr(A, mode=mode, out=out)
     torch.linalg.qr(A.to("meta"), mode=mode)  # torch's errors for the mode, shapes and dtypes
     Q, R = _dispatch.call(torch.ops.mpslinalg.qr, _qr_body, A, mode)
