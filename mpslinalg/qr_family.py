@@ -1,4 +1,4 @@
-"""QR: ``qr``, ``geqrf``, ``householder_product``.
+"""QR: ``qr``, ``geqrf``, ``householder_product``, ``ormqr``.
 
 Kernels (``metal/qr.metal``), LAPACK's sgeqr2 / cgeqr2 and sorg2r / cung2r:
 
@@ -7,9 +7,13 @@ Kernels (``metal/qr.metal``), LAPACK's sgeqr2 / cgeqr2 and sorg2r / cung2r:
   by columns, thread c owning column c; a barrier a step.
 - ``householder_small``: Q from the reflectors, a thread per column of Q, no
   barrier.
+- ``geqrf_panel``: sgeqr2 on a panel of up to 32 columns of a matrix of any
+  height in device memory, a threadgroup per matrix.
 
-``qr`` is the two launches. Larger matrices take torch's geqrf and orgqr on the
-same device until the blocked kernels exist (issue 5).
+Larger matrices are factored blocked, as sgeqrf / sorgqr / sormqr: each panel's
+reflectors are gathered into the compact WY form H_0 ... H_{b-1} = I - V T V^H
+(slarft) and applied to the rest of the matrix by matrix products (slarfb).
+``qr`` is geqrf, then Q from its reflectors.
 
 Gradients: ``qr`` by torch's formula (``linalg_qr_backward``) on mpslinalg's
 triangular solve; ``householder_product`` by differentiating the product of
@@ -23,7 +27,7 @@ import torch
 
 from . import _checks, _dispatch, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import groups_for, launch, pieces
+from .runtimes import fits, groups_for, launch, pieces
 
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
@@ -51,6 +55,20 @@ HOUSEHOLDER_SMALL = Kernel(
     shared=lambda N: [Shared("tiles", "T", TEAMS[N] * N * (N + 1))],
 )
 
+PANEL_WIDTH = 32  # a SIMD group's lanes: one column each
+PANEL_GROUPS = (64, 256, 1024)  # threads per matrix, chosen by the panel's height
+
+GEQRF_PANEL = Kernel(
+    function="geqrf_panel",
+    source="qr.metal",
+    args=(Buffer("a"), Buffer("tau"), Scalar("m"), Scalar("n"), Scalar("j0"), Scalar("w")),
+    instances=tuple({"GROUP": g} for g in PANEL_GROUPS),
+    group_size=lambda GROUP: GROUP,
+    template=lambda GROUP: (GROUP,),
+    shared=lambda GROUP: [Shared("partials", "T", GROUP), Shared("sums", "R", GROUP // 32)],
+)
+
+
 def small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
     """The N of ``kernel``'s instance for m x n, or 0 if none applies."""
     size = next((s for s in SIZES if max(m, n) <= s), 0)
@@ -65,20 +83,66 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     *batch, m, n = a.shape
     k = min(m, n)
     count = a.shape[:-2].numel()
-    size = small_size(GEQRF_SMALL, m, n, a.dtype)
     if count == 0 or k == 0:
         return a.clone(), a.new_zeros((*batch, k))
-    if not size:
+    size = small_size(GEQRF_SMALL, m, n, a.dtype)
+    group = _panel_group(m, a.dtype, a.device)
+    if not size and not group:
         return torch.geqrf(a)
-    flat = a.reshape(count, m, n)
-    packed = torch.empty_like(flat)
     tau = a.new_empty((count, k))
-    for start, stop in pieces(count):
-        launch(
-            GEQRF_SMALL, groups_for(stop - start, TEAMS[size]),
-            flat[start:stop], packed[start:stop], tau[start:stop], m, n, stop - start, N=size,
-        )
+    if size:
+        flat = a.reshape(count, m, n)
+        packed = torch.empty_like(flat)
+        for start, stop in pieces(count):
+            launch(
+                GEQRF_SMALL, groups_for(stop - start, TEAMS[size]),
+                flat[start:stop], packed[start:stop], tau[start:stop], m, n, stop - start, N=size,
+            )
+    else:
+        packed = a.reshape(count, m, n).clone()
+        _geqrf_blocked(packed, tau, group)
     return packed.reshape(a.shape), tau.reshape(*batch, k)
+
+
+def _panel_group(m: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Threads per matrix for the panel kernel on m rows, 0 if it has none for dtype:
+    the fewest with at most two rows each (batches fill the device with matrices),
+    else the most that launch."""
+    groups = [g for g in PANEL_GROUPS if GEQRF_PANEL.exists(dtype, GROUP=g) and fits(GEQRF_PANEL, dtype, device, GROUP=g)]
+    return next((g for g in groups if m <= 2 * g), groups[-1] if groups else 0)
+
+
+def _geqrf_blocked(a: torch.Tensor, tau: torch.Tensor, group: int) -> None:
+    """sgeqrf in place on a (count x m x n): the panel kernel on each PANEL_WIDTH
+    columns, then the panel's H^H applied to the columns right of it (slarfb)."""
+    count, m, n = a.shape
+    k = min(m, n)
+    for j0 in range(0, k, PANEL_WIDTH):
+        w = min(PANEL_WIDTH, k - j0)
+        launch(GEQRF_PANEL, count, a, tau, m, n, j0, w, GROUP=group)
+        if j0 + w < n:
+            V = _unit_lower(a[:, j0:, j0 : j0 + w])
+            T = _triangular_factor(V, tau[:, j0 : j0 + w])
+            C = a[:, j0:, j0 + w :]
+            C.sub_(V @ (T.mH @ (V.mH @ C)))
+
+
+def _unit_lower(panel: torch.Tensor) -> torch.Tensor:
+    """V: the reflectors below a panel's diagonal, with v_j[j] = 1 and zeros above."""
+    rows, w = panel.shape[-2:]
+    return panel.tril(-1) + torch.eye(rows, w, dtype=panel.dtype, device=panel.device)
+
+
+def _triangular_factor(V: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """slarft (forward, columnwise): the upper triangular T with H_0 ... H_{b-1} =
+    I - V T V^H. LAPACK's recurrence T[:j, j] = -tau_j T[:j, :j] V[:, :j]^H v_j,
+    T[j, j] = tau_j, is T = (I + D U)^-1 D for D = diag(tau) and U the strictly
+    upper part of V^H V: one triangular solve with a unit diagonal, exact where
+    some tau_j = 0 (their columns of T are zero) unlike T^-1 = D^-1 + U."""
+    w = tau.shape[-1]
+    scaled = tau.unsqueeze(-1) * (V.mH @ V).triu(1)
+    unit = scaled + torch.eye(w, dtype=V.dtype, device=V.device)
+    return triangular.solve_triangular(unit, torch.diag_embed(tau), upper=True, unitriangular=True)
 
 
 _geqrf_op = torch.library.custom_op("mpslinalg::geqrf", mutates_args=())(_geqrf_body)
@@ -94,19 +158,34 @@ def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     *batch, m, n = a.shape
     k = t.shape[-1]
     count = a.shape[:-2].numel()
-    size = small_size(HOUSEHOLDER_SMALL, m, n, a.dtype)
     if count == 0 or n == 0:
         return torch.empty_like(a)
-    if not size:
-        return torch.linalg.householder_product(a, t)
-    q = torch.empty(count, m, n, dtype=a.dtype, device=a.device)
+    size = small_size(HOUSEHOLDER_SMALL, m, n, a.dtype)
     flat_a, flat_tau = a.reshape(count, m, n), t.reshape(count, k)
+    if not size:
+        return _householder_blocked(flat_a, flat_tau).reshape(a.shape)
+    q = torch.empty(count, m, n, dtype=a.dtype, device=a.device)
     for start, stop in pieces(count):
         launch(
             HOUSEHOLDER_SMALL, groups_for(stop - start, TEAMS[size]),
             flat_a[start:stop], flat_tau[start:stop], q[start:stop], m, n, k, stop - start, N=size,
         )
     return q.reshape(a.shape)
+
+
+def _householder_blocked(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """sorgqr: Q (count x m x n) from I by the panels' I - V T V^H, last panel first;
+    a panel starting at column j0 only touches Q[j0:, j0:] (the columns left of it
+    are still those of I there)."""
+    count, m, n = a.shape
+    q = torch.eye(m, n, dtype=a.dtype, device=a.device).expand(count, m, n).contiguous()
+    for j0 in reversed(range(0, tau.shape[-1], PANEL_WIDTH)):
+        w = min(PANEL_WIDTH, tau.shape[-1] - j0)
+        V = _unit_lower(a[:, j0:, j0 : j0 + w])
+        T = _triangular_factor(V, tau[:, j0 : j0 + w])
+        Q = q[:, j0:, j0:]
+        Q.sub_(V @ (T @ (V.mH @ Q)))
+    return q
 
 
 _householder_op = torch.library.custom_op("mpslinalg::householder_product", mutates_args=())(_householder_body)
@@ -253,6 +332,42 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
     torch.linalg.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
     _checks.same_device(A, tau)
     return _checks.into(out, _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau))
+
+
+def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True, transpose: bool = False, *, out=None):
+    """op(Q) C (``left``) or C op(Q), op(Q) = Q^H if ``transpose`` else Q, for Q =
+    H_0 ... H_{k-1} from the reflectors that :func:`geqrf` leaves in A (mn x k,
+    mn = C's rows if ``left`` else its columns) and tau (k), like ``torch.ormqr``
+    (sormqr / cunmqr): each panel of PANEL_WIDTH reflectors is applied as
+    I - V T V^H by matrix products, and Q is never formed. Differentiable in A,
+    tau and C."""
+    if not _dispatch.has_kernels(A):
+        return torch.ormqr(A, tau, C, left, transpose, out=out)
+    torch.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
+    _checks.same_device(A, tau)
+    _checks.same_device(A, C)
+    return _checks.into(out, _apply_reflectors(A, tau, C, left, transpose))
+
+
+def _apply_reflectors(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool, transpose: bool) -> torch.Tensor:
+    k = tau.shape[-1]
+    panels = range(0, k, PANEL_WIDTH)
+    # Q^H C and C Q take H_0 first, Q C and C Q^H take it last. The rows (columns)
+    # a panel leaves alone are joined to the ones it changes, not written over, so
+    # that autograd sees every step.
+    for j0 in panels if left == transpose else reversed(panels):
+        w = min(PANEL_WIDTH, k - j0)
+        V = _unit_lower(A[..., j0:, j0 : j0 + w])
+        T = _triangular_factor(V, tau[..., j0 : j0 + w])
+        if transpose:
+            T = T.mH
+        if left:
+            rest = C[..., j0:, :]
+            C = torch.cat((C[..., :j0, :], rest - V @ (T @ (V.mH @ rest))), dim=-2)
+        else:
+            rest = C[..., :, j0:]
+            C = torch.cat((C[..., :, :j0], rest - (rest @ V) @ T @ V.mH), dim=-1)
+    return C if k else C.clone()
 
 
 def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):

@@ -17,9 +17,10 @@ from mpslinalg.testing import LARGE, SMALL, THRESHOLD, eps, exact, latms, qr_rat
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(5)
-# Around the small kernels' N = 8, 16, 32, 64, tall, wide, vectors, and past the kernels.
+# Around the small kernels' N = 8, 16, 32, 64, tall, wide, vectors, and past them (blocked:
+# one panel, several, a last panel narrower than 32, panel heights for each threadgroup size).
 SHAPES = [(1, 1), (1, 5), (5, 1), (3, 5), (5, 3), (8, 8), (9, 9), (17, 10), (10, 17), (32, 32), (33, 20),
-          (64, 64), (64, 40), (40, 64), (70, 30)]
+          (64, 64), (64, 40), (40, 64), (70, 30), (100, 70), (70, 100), (130, 33), (600, 40)]
 
 
 def gaussian(shape, dtype, scale=1.0):
@@ -59,7 +60,7 @@ def test_qr_matches_lapack(device, m, n, mode, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("m,n", [(5, 3), (3, 5), (16, 16), (40, 20)])
+@pytest.mark.parametrize("m,n", [(5, 3), (3, 5), (16, 16), (40, 20), (100, 70), (40, 100)])
 def test_geqrf_matches_lapack(device, m, n, dtype):
     supported(device, dtype)
     A = gaussian((2, m, n), dtype)
@@ -73,7 +74,7 @@ def test_geqrf_matches_lapack(device, m, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("m,n,k", [(5, 3, 3), (5, 3, 2), (8, 8, 8), (8, 8, 0), (30, 20, 20), (70, 30, 30)])
+@pytest.mark.parametrize("m,n,k", [(5, 3, 3), (5, 3, 2), (8, 8, 8), (8, 8, 0), (30, 20, 20), (70, 30, 30), (100, 70, 70), (100, 70, 45), (90, 90, 0)])
 def test_householder_product_matches_torch(device, m, n, k, dtype):
     supported(device, dtype)
     packed, tau = torch.geqrf(gaussian((2, m, n), dtype))
@@ -105,17 +106,18 @@ def test_empty(device, shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
-def test_rank_deficient_zero_columns_and_nan(device, dtype):
-    A = gaussian((2, 12, 8), dtype)
+@pytest.mark.parametrize("m,n", [(12, 8), (90, 70)])
+def test_rank_deficient_zero_columns_and_nan(device, m, n, dtype):
+    A = gaussian((2, m, n), dtype)
     A[..., 3] = 0  # tau = 0 for that reflector where the column below is zero too
     A[..., 5] = A[..., 1] * 2
     Q, R = LA.qr(A.to(device))
     check_qr(A, Q, R, "reduced")
-    Z = torch.zeros(1, 6, 4, dtype=dtype)
+    Z = torch.zeros(1, m, n, dtype=dtype)
     packed, tau = LA.geqrf(Z.to(device))
     assert (tau == 0).all() and (packed == 0).all()
     Q, R = LA.qr(Z.to(device))
-    torch.testing.assert_close(Q.cpu(), torch.eye(6, 4, dtype=dtype).expand(1, 6, 4))
+    torch.testing.assert_close(Q.cpu(), torch.eye(m, n, dtype=dtype).expand(1, m, n))
     A[0, 2, 2] = float("nan")
     Q, R = LA.qr(A.to(device))
     assert Q[0].isnan().any() and not Q[1].isnan().any()
@@ -123,11 +125,31 @@ def test_rank_deficient_zero_columns_and_nan(device, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
 @pytest.mark.parametrize("scale", [SMALL, 1e-30, 1e30, LARGE])
-def test_extreme_scales(device, scale, dtype):
-    A = torch.from_numpy(np.array([latms(12, 1e3, scale, rng, dtype.is_complex) for _ in range(2)])).to(dtype)
+@pytest.mark.parametrize("n", [12, 80])
+def test_extreme_scales(device, n, scale, dtype):
+    A = torch.from_numpy(np.array([latms(n, 1e3, scale, rng, dtype.is_complex) for _ in range(2)])).to(dtype)
     Q, R = LA.qr(A.to(device))
     assert Q.isfinite().all() and R.isfinite().all()
     check_qr(A, Q, R, "reduced")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+@pytest.mark.parametrize("m,n", [(12, 8), (90, 70)])
+def test_subnormal_columns(device, m, n, dtype):
+    # Entries near 1e-40 (subnormal in float32): their squares underflow to zero, so
+    # the norms are scaled, by a division (1 / a subnormal overflows), and the
+    # reflectors formed from values scaled by 2^102 (subtractions among subnormals
+    # lose bits). Q stays orthogonal; A - QR is at the level of the arithmetic's
+    # absolute error there (2^-149 an operation); matrix 1 keeps full precision in R.
+    A = gaussian((2, m, n), dtype) * 1e-40
+    A[0, :, 1] *= 1e-3
+    Q, R = LA.qr(A.to(device))
+    assert Q.isfinite().all() and R.isfinite().all()
+    assert qr_ratios(A, Q.cpu(), R.cpu())[1] < THRESHOLD
+    error = np.abs(exact(A) - exact(Q) @ exact(R)).max()
+    assert error < 10 * m * n * 2.0**-149 + THRESHOLD * m * eps(dtype) * np.abs(exact(A)).sum(-2).max()
+    reference = scipy_r(A.to(torch.complex128 if dtype.is_complex else torch.float64))
+    np.testing.assert_allclose(np.abs(exact(R)[1].diagonal()), np.abs(reference[1].diagonal()), rtol=1e-4)
 
 
 def test_kahan_matrix(device):
@@ -224,12 +246,53 @@ def test_errors_match_torch(device):
         LA.geqrf(torch.ones(3, device=device))
 
 
-def test_small_kernels_are_taken(device, monkeypatch):
+def test_kernels_are_taken(device, monkeypatch):
     launched = []
     real = family.launch
     monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    monkeypatch.setattr(torch, "geqrf", None)  # never torch's
     LA.qr(gaussian((4, 20, 12), torch.complex64).to(device))
     assert launched == ["geqrf_small", "householder_small"]
+    launched.clear()
+    LA.qr(gaussian((2, 100, 70), torch.complex64).to(device))
+    assert launched == ["geqrf_panel"] * 3
+
+
+# --- ormqr ---
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("mn,k,other", [(6, 4, 5), (70, 40, 3), (90, 70, 90)])
+def test_ormqr_matches_torch(device, mn, k, other, left, transpose, dtype):
+    supported(device, dtype)
+    packed, tau = torch.geqrf(gaussian((2, mn, k), dtype))
+    C = gaussian((2, mn, other) if left else (2, other, mn), dtype)
+    got = LA.ormqr(packed.to(device), tau.to(device), C.to(device), left, transpose)
+    expected = torch.ormqr(packed, tau, C, left, transpose)
+    scale = C.abs().max().item()
+    torch.testing.assert_close(got.cpu(), expected, atol=50 * mn * eps(dtype) * scale, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize("left,transpose", [(True, False), (True, True), (False, False), (False, True)])
+def test_ormqr_gradient(device, left, transpose, dtype):
+    supported(device, dtype)
+    packed, tau = torch.geqrf(gaussian((2, 6, 4), dtype))
+    C = gaussian((2, 6, 3) if left else (2, 3, 6), dtype).to(device).requires_grad_()
+    A, t = packed.to(device).requires_grad_(), tau[..., :3].to(device).requires_grad_()
+    assert torch.autograd.gradcheck(lambda A, t, C: LA.ormqr(A, t, C, left, transpose), (A, t, C), fast_mode=True)
+
+
+def test_ormqr_errors_match_torch(device):
+    A, tau = torch.ones(5, 3, device=device), torch.ones(3, device=device)
+    for C in (torch.ones(4, 5, device=device), torch.ones(2, 5, 4, device=device)):
+        with pytest.raises(RuntimeError) as ours:
+            LA.ormqr(A, tau, C)
+        with pytest.raises(RuntimeError) as theirs:
+            torch.ormqr(A.cpu(), tau.cpu(), C.cpu())
+        assert str(ours.value) == str(theirs.value)
 
 
 def test_compiles_without_graph_breaks(device):
