@@ -314,6 +314,20 @@ def bench_qr(device: torch.device, batch: int) -> list[Result]:
                 rows.append(("jax.numpy.linalg.qr", lambda: jax_qr(A), nbytes))
             # torch.linalg.qr takes about 0.6 s a call here: few calls.
             results += measure("qr", f"{count} x {m}x{n} {kind}", rows, device, loop=1, repeats=3)
+    if device.type != "cpu":
+        for dtype in (torch.float32, torch.complex64):
+            for n in (1024, 4096):
+                A = torch.randn(n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
+                nbytes = 3 * A.numel() * A.element_size()
+                rows = [
+                    ("mpslinalg.qr", lambda: LA.qr(A), nbytes),
+                    ("torch.linalg.qr", lambda: torch.linalg.qr(A), nbytes),
+                    ("mpslinalg.geqrf", lambda: LA.geqrf(A), 2 * A.numel() * A.element_size()),
+                    ("torch.geqrf", lambda: torch.geqrf(A), 2 * A.numel() * A.element_size()),
+                ]
+                if jax_qr is not None:
+                    rows.append(("jax.numpy.linalg.qr", lambda: jax_qr(A), nbytes))
+                results += measure("qr", f"{n}x{n} {str(dtype).removeprefix('torch.')}", rows, device, loop=1, repeats=3)
     return results
 
 

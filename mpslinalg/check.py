@@ -167,15 +167,29 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
     """qr in its reduced and complete modes: sqrt01's residual and sqrt02's orthogonality."""
     results = []
     name = str(dtype).removeprefix("torch.")
-    for count, m, n in [(500, 8, 8), (500, 32, 32), (200, 32, 20), (200, 20, 32), (4, 100, 60)]:
+    for count, m, n in [(500, 8, 8), (500, 32, 32), (200, 32, 20), (200, 20, 32), (4, 100, 60), (2, 60, 100), (1, 700, 300)]:
         A = torch.from_numpy(np.asarray(rng.standard_normal((count, m, n)))).to(dtype).to(device)
-        via = "small kernels" if qr_small_size(GEQRF_SMALL, m, n, dtype) else "torch geqrf"
+        via = "small kernels" if qr_small_size(GEQRF_SMALL, m, n, dtype) else "blocked"
         for mode in ("reduced", "complete"):
             (Q, R), seconds = _timed(device, lambda: LA.qr(A, mode=mode))
             residual, orthogonality = testing.qr_ratios(A.cpu(), Q.cpu(), R.cpu())
             shape = f"{count}x{m}x{n} {mode}"
             results.append(Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via))
             results.append(Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via))
+    # sqrt03: ||op(Q) C - ormqr(C)||_1 / (m ||C||_1 eps), Q formed by householder_product.
+    m, k = 150, 70
+    packed, tau = LA.geqrf(torch.from_numpy(np.asarray(rng.standard_normal((2, m, k)))).to(dtype).to(device))
+    Q = torch.from_numpy(testing.exact(LA.householder_product(torch.nn.functional.pad(packed, (0, m - k)), tau)))
+    for left, transpose in ((True, False), (True, True), (False, False), (False, True)):
+        C = torch.from_numpy(np.asarray(rng.standard_normal((2, m, 40) if left else (2, 40, m)))).to(dtype).to(device)
+        X, seconds = _timed(device, lambda: LA.ormqr(packed, tau, C, left, transpose))
+        op = Q.mH if transpose else Q
+        c = torch.from_numpy(testing.exact(C))
+        expected = op @ c if left else c @ op
+        error = torch.linalg.matrix_norm(torch.from_numpy(testing.exact(X)) - expected, 1)
+        ratio = (error / (m * torch.linalg.matrix_norm(c, 1) * testing.eps(dtype))).max().item()
+        flags = ("left" if left else "right") + (" Q^H" if transpose else " Q")
+        results.append(Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked"))
     return results
 
 
