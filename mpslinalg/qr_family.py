@@ -16,9 +16,9 @@ reflectors are gathered into the compact WY form H_0 ... H_{b-1} = I - V T V^H
 ``qr`` is geqrf, then Q from its reflectors.
 
 Gradients: ``qr`` by torch's formula (``linalg_qr_backward``) on mpslinalg's
-triangular solve; ``householder_product`` by differentiating the product of
-reflectors, recomputed with torch operations in the backward pass; ``geqrf``
-has none, as in torch.
+triangular solve; ``householder_product`` by differentiating Q recomputed as
+``ormqr`` applied to I; ``ormqr`` by autograd through its matrix products and
+triangular solves; ``geqrf`` has none, as in torch.
 """
 
 from __future__ import annotations
@@ -196,18 +196,6 @@ def _(A, tau):
     return torch.empty_like(A, memory_format=torch.contiguous_format)
 
 
-def _reflector_product(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """H_0 ... H_{k-1} I[:, :n] in torch operations (differentiable by autograd): the
-    backward of householder_product recomputes it, one reflector at a time."""
-    m, n = A.shape[-2:]
-    rows = torch.arange(m, device=A.device)[:, None]
-    Q = torch.eye(m, n, dtype=A.dtype, device=A.device).expand(*A.shape[:-2], m, n)
-    for j in reversed(range(tau.shape[-1])):
-        v = torch.where(rows > j, A[..., :, j : j + 1], (rows == j).to(A.dtype))
-        Q = Q - tau[..., j, None, None] * v @ (v.mH @ Q)
-    return Q
-
-
 def _householder_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
@@ -216,7 +204,9 @@ def _householder_backward(ctx, grad):
     A, tau = ctx.saved_tensors
     with torch.enable_grad():
         A_, tau_ = A.detach().requires_grad_(), tau.detach().requires_grad_()
-        Q = _reflector_product(A_, tau_)
+        m, n = A.shape[-2:]
+        identity = torch.eye(m, n, dtype=A.dtype, device=A.device).expand(A.shape)
+        Q = _apply_reflectors(A_, tau_, identity, left=True, transpose=False)
         grad_A, grad_tau = torch.autograd.grad(Q, (A_, tau_), grad)
     return grad_A, grad_tau
 
