@@ -14,8 +14,6 @@ typedef unsigned int uint;
 
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 
-METAL_FUNC mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
-
 // __syncthreads orders both shared and global memory within the block.
 METAL_FUNC void threadgroup_barrier(mem_flags) { __syncthreads(); }
 

@@ -9,12 +9,8 @@
 
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 
-METAL_FUNC mem_flags operator|(mem_flags a, mem_flags b) {
-  return mem_flags(int(a) | int(b));
-}
-
 METAL_FUNC void threadgroup_barrier(mem_flags flags) {
-  barrier(((int(flags) & 1) ? CLK_GLOBAL_MEM_FENCE : 0) | ((int(flags) & 2) ? CLK_LOCAL_MEM_FENCE : 0));
+  barrier(flags == mem_flags::mem_device ? CLK_GLOBAL_MEM_FENCE : CLK_LOCAL_MEM_FENCE);
 }
 
 // SIMD-group shuffles: a SIMD group is a sub-group of 32 (every entry point

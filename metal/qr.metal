@@ -502,7 +502,8 @@ METAL_FUNC void geqrf_panel(device T* a, device T* tau, int m, int n, int j0, in
       sums[group] = next;
     }
     // Column j + 1 and the sums of its squares, for the next step.
-    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+    threadgroup_barrier(mem_flags::mem_device);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     ssq = R(0);
     for (int g = 0; g < SIMDS; ++g) {
       ssq += sums[g];
