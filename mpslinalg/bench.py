@@ -302,33 +302,32 @@ def bench_qr(device: torch.device, batch: int) -> list[Result]:
         kind = str(dtype).removeprefix("torch.")
         for m, n in ((8, 8), (32, 32), (64, 64), (128, 32)):
             A = torch.randn(count, m, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(m))
-            k = min(m, n)
-            nbytes = (count * m * n + count * m * k + count * k * n) * A.element_size()
-            rows = [
-                ("mpslinalg.qr", lambda: LA.qr(A), nbytes),
-                ("torch.linalg.qr", lambda: torch.linalg.qr(A), nbytes),
-                ("mpslinalg.geqrf", lambda: LA.geqrf(A), 2 * count * m * n * A.element_size()),
-                ("torch.geqrf", lambda: torch.geqrf(A), 2 * count * m * n * A.element_size()),
-            ]
-            if jax_qr is not None:
-                rows.append(("jax.numpy.linalg.qr", lambda: jax_qr(A), nbytes))
             # torch.linalg.qr takes about 0.6 s a call here: few calls.
-            results += measure("qr", f"{count} x {m}x{n} {kind}", rows, device, loop=1, repeats=3)
+            results += measure("qr", f"{count} x {m}x{n} {kind}", _qr_cases(A, jax_qr), device, loop=1, repeats=3)
     if device.type != "cpu":
         for dtype in (torch.float32, torch.complex64):
             for n in (1024, 4096):
                 A = torch.randn(n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
-                nbytes = 3 * A.numel() * A.element_size()
-                rows = [
-                    ("mpslinalg.qr", lambda: LA.qr(A), nbytes),
-                    ("torch.linalg.qr", lambda: torch.linalg.qr(A), nbytes),
-                    ("mpslinalg.geqrf", lambda: LA.geqrf(A), 2 * A.numel() * A.element_size()),
-                    ("torch.geqrf", lambda: torch.geqrf(A), 2 * A.numel() * A.element_size()),
-                ]
-                if jax_qr is not None:
-                    rows.append(("jax.numpy.linalg.qr", lambda: jax_qr(A), nbytes))
-                results += measure("qr", f"{n}x{n} {str(dtype).removeprefix('torch.')}", rows, device, loop=1, repeats=3)
+                results += measure("qr", f"{n}x{n} {str(dtype).removeprefix('torch.')}", _qr_cases(A, jax_qr), device, loop=1, repeats=3)
     return results
+
+
+def _qr_cases(A: torch.Tensor, jax_qr) -> list:
+    """qr and geqrf, ours against torch's (and JAX's qr), with the bytes each moves at
+    least: A read, Q and R (or the packed factors) written."""
+    m, n = A.shape[-2:]
+    k = min(m, n)
+    count = A.shape[:-2].numel()
+    nbytes = count * (m * n + m * k + k * n) * A.element_size()
+    rows = [
+        ("mpslinalg.qr", lambda: LA.qr(A), nbytes),
+        ("torch.linalg.qr", lambda: torch.linalg.qr(A), nbytes),
+        ("mpslinalg.geqrf", lambda: LA.geqrf(A), 2 * A.numel() * A.element_size()),
+        ("torch.geqrf", lambda: torch.geqrf(A), 2 * A.numel() * A.element_size()),
+    ]
+    if jax_qr is not None:
+        rows.append(("jax.numpy.linalg.qr", lambda: jax_qr(A), nbytes))
+    return rows
 
 
 FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr}

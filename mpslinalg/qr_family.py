@@ -86,7 +86,7 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if count == 0 or k == 0:
         return a.clone(), a.new_zeros((*batch, k))
     size = small_size(GEQRF_SMALL, m, n, a.dtype)
-    group = _panel_group(m, a.dtype, a.device)
+    group = 0 if size else _panel_group(m, a.dtype, a.device)
     if not size and not group:
         return torch.geqrf(a)
     tau = a.new_empty((count, k))
@@ -121,28 +121,25 @@ def _geqrf_blocked(a: torch.Tensor, tau: torch.Tensor, group: int) -> None:
         w = min(PANEL_WIDTH, k - j0)
         launch(GEQRF_PANEL, count, a, tau, m, n, j0, w, GROUP=group)
         if j0 + w < n:
-            V = _unit_lower(a[:, j0:, j0 : j0 + w])
-            T = _triangular_factor(V, tau[:, j0 : j0 + w])
+            V, T = _compact_wy(a, tau, j0)
             C = a[:, j0:, j0 + w :]
             C.sub_(V @ (T.mH @ (V.mH @ C)))
 
 
-def _unit_lower(panel: torch.Tensor) -> torch.Tensor:
-    """V: the reflectors below a panel's diagonal, with v_j[j] = 1 and zeros above."""
-    rows, w = panel.shape[-2:]
-    return panel.tril(-1) + torch.eye(rows, w, dtype=panel.dtype, device=panel.device)
-
-
-def _triangular_factor(V: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """slarft (forward, columnwise): the upper triangular T with H_0 ... H_{b-1} =
-    I - V T V^H. LAPACK's recurrence T[:j, j] = -tau_j T[:j, :j] V[:, :j]^H v_j,
+def _compact_wy(a: torch.Tensor, tau: torch.Tensor, j0: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(V, T) with H_j0 ... H_{j0+w-1} = I - V T V^H on rows j0.. for the panel of
+    (up to) PANEL_WIDTH reflectors from column j0 of a (*, mn, k), tau (*, k): V the
+    reflectors with v_j[j] = 1 and zeros above, T upper triangular (slarft, forward,
+    columnwise). LAPACK's recurrence T[:j, j] = -tau_j T[:j, :j] V[:, :j]^H v_j,
     T[j, j] = tau_j, is T = (I + D U)^-1 D for D = diag(tau) and U the strictly
     upper part of V^H V: one triangular solve with a unit diagonal, exact where
     some tau_j = 0 (their columns of T are zero) unlike T^-1 = D^-1 + U."""
-    w = tau.shape[-1]
-    scaled = tau.unsqueeze(-1) * (V.mH @ V).triu(1)
-    unit = scaled + torch.eye(w, dtype=V.dtype, device=V.device)
-    return triangular.solve_triangular(unit, torch.diag_embed(tau), upper=True, unitriangular=True)
+    t = tau[..., j0 : j0 + PANEL_WIDTH]
+    w = t.shape[-1]
+    panel = a[..., j0:, j0 : j0 + w]
+    V = panel.tril(-1) + torch.eye(panel.shape[-2], w, dtype=a.dtype, device=a.device)
+    unit = t.unsqueeze(-1) * (V.mH @ V).triu(1) + torch.eye(w, dtype=a.dtype, device=a.device)
+    return V, triangular.solve_triangular(unit, torch.diag_embed(t), upper=True, unitriangular=True)
 
 
 _geqrf_op = torch.library.custom_op("mpslinalg::geqrf", mutates_args=())(_geqrf_body)
@@ -180,9 +177,7 @@ def _householder_blocked(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     count, m, n = a.shape
     q = torch.eye(m, n, dtype=a.dtype, device=a.device).expand(count, m, n).contiguous()
     for j0 in reversed(range(0, tau.shape[-1], PANEL_WIDTH)):
-        w = min(PANEL_WIDTH, tau.shape[-1] - j0)
-        V = _unit_lower(a[:, j0:, j0 : j0 + w])
-        T = _triangular_factor(V, tau[:, j0 : j0 + w])
+        V, T = _compact_wy(a, tau, j0)
         Q = q[:, j0:, j0:]
         Q.sub_(V @ (T @ (V.mH @ Q)))
     return q
@@ -346,9 +341,7 @@ def _apply_reflectors(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left:
     # a panel leaves alone are joined to the ones it changes, not written over, so
     # that autograd sees every step.
     for j0 in panels if left == transpose else reversed(panels):
-        w = min(PANEL_WIDTH, k - j0)
-        V = _unit_lower(A[..., j0:, j0 : j0 + w])
-        T = _triangular_factor(V, tau[..., j0 : j0 + w])
+        V, T = _compact_wy(A, tau, j0)
         if transpose:
             T = T.mH
         if left:
