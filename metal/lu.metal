@@ -24,7 +24,9 @@ METAL_FUNC pivot_key<typename scalar_traits<T>::real> candidate(T x, int positio
   typedef typename scalar_traits<T>::real R;
   const R magnitude = abs1(x);
   // NaN sorts below every number and above the rows that may not be chosen.
-  const R value = magnitude >= R(0) ? magnitude : R(-0.5f);
+  // (Tested by isnan: CUDA 13's ptxas folds `magnitude >= 0 ? magnitude : c` to
+  // magnitude, as if |NaN| >= 0, and the NaN then wins the pivot search.)
+  const R value = isnan(magnitude) ? R(-0.5f) : magnitude;
   return {eligible ? value : R(-1), eligible ? position : NO_PIVOT_POSITION};
 }
 

@@ -106,12 +106,20 @@ def test_singular_and_zero_matrices_as_torch(device):
             torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("n", [3, 20, 100])
-def test_nan_propagates(device, n):
-    A = gaussian((n, n), torch.float32)
-    A[1, 1] = math.nan
-    LU, _, info = LA.lu_factor_ex(A.to(device))
-    assert LU.isnan().any() and info.item() == 0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+@pytest.mark.parametrize("n", [3, 20, 50, 100])
+@pytest.mark.parametrize("where", [(1, 1), (0, 0)], ids=["inside", "first"])
+def test_nan_propagates(device, n, dtype, where):
+    # A NaN never wins a pivot search against a number, but the pivots stay a
+    # valid sequence of interchanges and no pivot is taken for zero.
+    A = gaussian((2, n, n), dtype)
+    A[1][where] = math.nan
+    LU, pivots, info = LA.lu_factor_ex(A.to(device))
+    pivots = pivots.cpu()
+    steps = torch.arange(1, n + 1, dtype=torch.int32)
+    assert LU[1].isnan().any() and not info.any()
+    assert ((pivots >= steps) & (pivots <= n)).all()
+    assert lu_ratio(A[:1], LU[:1].cpu(), pivots[:1]) < THRESHOLD
 
 
 @pytest.mark.parametrize("m,n", [(5, 5), (40, 30), (30, 40), (100, 100)])
