@@ -138,6 +138,41 @@ def test_cuda_entry_point():
     assert "{blockIdx.x, threadIdx.x, blockDim.x, threadIdx.x % 32u, threadIdx.x / 32u}" in entry
 
 
+def test_cuda_ptx_is_compiled_once_and_kept_on_disk(tmp_path, monkeypatch):
+    # NVRTC stood in for by a fake that records its calls: the second request,
+    # from a "new process" (the same arguments), reads the PTX from the cache.
+    import types
+
+    from mpslinalg.runtimes import cuda
+
+    compiled = []
+
+    class NVRTCError(Exception):
+        pass
+
+    fake = types.SimpleNamespace(
+        NVRTCError=NVRTCError,
+        getVersion=lambda: (13, 0),
+        createProgram=lambda source, name, headers, includes: source,
+        compileProgram=lambda program, options: compiled.append(options),
+        getPTX=lambda program: b"// ptx of " + program.encode(),
+        destroyProgram=lambda program: None,
+    )
+    libs = types.ModuleType("cupy_backends.cuda.libs")
+    libs.nvrtc = fake
+    monkeypatch.setitem(sys.modules, "cupy_backends", types.ModuleType("cupy_backends"))
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda", types.ModuleType("cupy_backends.cuda"))
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs", libs)
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.libs.nvrtc", fake)
+    monkeypatch.setenv("MPSLINALG_CACHE_DIR", str(tmp_path))
+    first = cuda._ptx("kernel A", "k", (9, 0))
+    assert first == b"// ptx of kernel A" and compiled == [(*cuda.OPTIONS, "-arch=compute_90")]
+    assert cuda._ptx("kernel A", "k", (9, 0)) == first and len(compiled) == 1
+    assert cuda._ptx("kernel A", "k", (8, 0)) == first and len(compiled) == 2  # another target
+    assert cuda._ptx("kernel B", "k", (9, 0)) == b"// ptx of kernel B" and len(compiled) == 3
+    assert sorted(p.suffix for p in (tmp_path / "cuda").iterdir()) == [".ptx"] * 3
+
+
 def test_opencl_entry_point_requests_simd_width_32():
     entry = RUNTIMES["opencl"].entry_point(DET_SMALL.instance(torch.complex128, N=2))
     assert "__attribute__((intel_reqd_sub_group_size(32)))" in entry

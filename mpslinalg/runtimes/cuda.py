@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import pathlib
 import warnings
 from typing import Sequence
 
@@ -81,18 +84,45 @@ class CudaRuntime(Runtime):
 def _ptx(source: str, name: str, capability: tuple[int, int]) -> bytes:
     """PTX of ``source`` for a device of compute ``capability``, by NVRTC with OPTIONS
     exactly. (CuPy's RawModule appends -ftz=true to every option list, which flushes
-    subnormal inputs to zero: a subnormal pivot would read as singular.)"""
+    subnormal inputs to zero: a subnormal pivot would read as singular.)
+
+    NVRTC takes seconds for the larger unrolled kernels, so the PTX is kept on disk
+    (``$MPSLINALG_CACHE_DIR``, else ``~/.cache/mpslinalg``) under a hash of
+    everything it depends on; the driver caches its own step, PTX to machine code."""
     from cupy_backends.cuda.libs import nvrtc
 
+    options = (*OPTIONS, f"-arch=compute_{capability[0]}{capability[1]}")
+    key = hashlib.sha256("\0".join((source, *options, str(getattr(nvrtc, "getVersion", tuple)()))).encode()).hexdigest()
+    cached = _cache_dir() / f"{name}-{key[:32]}.ptx"
+    try:
+        return cached.read_bytes()
+    except OSError:
+        pass
     program = nvrtc.createProgram(source, f"{name}.cu", (), ())
     try:
         try:
-            nvrtc.compileProgram(program, (*OPTIONS, f"-arch=compute_{capability[0]}{capability[1]}"))
+            nvrtc.compileProgram(program, options)
         except nvrtc.NVRTCError as error:
             raise RuntimeError(f"NVRTC could not compile {name}:\n{nvrtc.getProgramLog(program)}") from error
-        return nvrtc.getPTX(program)
+        ptx = nvrtc.getPTX(program)
     finally:
         nvrtc.destroyProgram(program)
+    try:  # written whole, then renamed: a concurrent reader never sees part of it
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(ptx)
+        os.replace(partial, cached)
+    except OSError:
+        pass  # a read-only home only costs the compile next time
+    return ptx
+
+
+def _cache_dir() -> pathlib.Path:
+    configured = os.environ.get("MPSLINALG_CACHE_DIR")
+    if configured:
+        return pathlib.Path(configured) / "cuda"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "mpslinalg" / "cuda"
 
 
 @functools.lru_cache(maxsize=None)
