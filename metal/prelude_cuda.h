@@ -17,6 +17,10 @@ enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 // __syncthreads orders both shared and global memory within the block.
 METAL_FUNC void threadgroup_barrier(mem_flags) { __syncthreads(); }
 
+// __syncwarp orders memory among the warp's threads, as simdgroup_barrier the
+// SIMD group's.
+METAL_FUNC void simdgroup_barrier(mem_flags) { __syncwarp(); }
+
 typedef unsigned short ushort;
 
 // SIMD-group shuffles over the whole warp, as MSL's: every lane takes part (the

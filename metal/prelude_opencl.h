@@ -13,6 +13,10 @@ METAL_FUNC void threadgroup_barrier(mem_flags flags) {
   barrier(flags == mem_flags::mem_device ? CLK_GLOBAL_MEM_FENCE : CLK_LOCAL_MEM_FENCE);
 }
 
+METAL_FUNC void simdgroup_barrier(mem_flags flags) {
+  sub_group_barrier(flags == mem_flags::mem_device ? CLK_GLOBAL_MEM_FENCE : CLK_LOCAL_MEM_FENCE);
+}
+
 // SIMD-group shuffles: a SIMD group is a sub-group of 32 (every entry point
 // requires that size).
 template <typename T>

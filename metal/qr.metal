@@ -1,10 +1,6 @@
 // Householder QR of batched small matrices, LAPACK's sgeqr2 / cgeqr2 and
 // sorg2r / cung2r: A = Q R with Q = H_0 H_1 ... H_{k-1}, H_j = I - tau_j v_j v_j^H,
 // v_j = [0 (j entries); 1; below the diagonal of column j of the packed result].
-//
-// A team of N threads holds a matrix in threadgroup memory by columns (column
-// stride N + 1, so that threads reading their own columns' row i hit distinct
-// banks); thread c owns column c.
 #include "common.h"
 
 template <typename R>
@@ -131,27 +127,81 @@ METAL_FUNC complex_t<R> scaled_by(complex_t<R> z, R scale, R inverse, bool by_re
   return {scaled_by(z.re, scale, inverse, by_reciprocal), scaled_by(z.im, scale, inverse, by_reciprocal)};
 }
 
-// slarfg / clarfg on rows j .. m - 1 of column v = [alpha; x], by the LANES
-// lanes of a team's first SIMD group, lane l taking rows l, l + LANES, ...:
-// scales x (rows > j) to the reflector's v and returns the reflector, whose
-// beta the caller stores at row j once every lane has read alpha. x = 0 with a
-// real alpha gives tau = 0. ||x|| is formed from x / max |x_i|, so that it
-// neither overflows nor underflows where it is representable (as snrm2). Every
-// lane of the SIMD group calls this (its reductions are shuffles).
+// The small kernels keep a matrix's columns in registers, thread c of a team
+// of N holding column c (rows past m are zero), and share the reflectors
+// through the team's tile in threadgroup memory. Steps go in blocks of RB;
+// loops over rows are unrolled (every register index static) and start at
+// the block's first row b, so a step spends at most RB - 1 rows above its own.
+// The tile holds v_j (v_j[j] = 1, zeros above) from row b on, so that applying
+// a reflector needs no per-row test: column j starts at offset(j), and tau_j
+// is kept in the N entries after the tile. Every read of the tile in a
+// sweep is a broadcast.
+template <int N>
+struct small_tile {
+  static const int RB = N < 8 ? N : 8;
+  // Columns of earlier blocks hold N - (their block's b) rows each.
+  METAL_FUNC static int offset(int j) {
+    const int block = j / RB;
+    return RB * block * N - RB * RB * block * (block - 1) / 2 + (j % RB) * (N - block * RB);
+  }
+  static const int SIZE = RB * (N / RB) * N - RB * RB * (N / RB) * (N / RB - 1) / 2;
+  static const int TEAM_SIZE = SIZE + N + 2;  // + taus, a step's alpha and beta
+};
+
+// Orders a team's tile accesses: a team of at most 32 lies in one SIMD group.
+template <int N>
+METAL_FUNC void team_barrier() {
+  if (N <= 32) {
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+  } else {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+}
+
+// x[b + jj], for a block start b that is static and jj that is not.
+template <typename T, int N, int RB>
+METAL_FUNC T element_of(thread const T (&x)[N], int b, int jj) {
+  T value = x[b];
+  #pragma unroll
+  for (int kk = 1; kk < RB; ++kk) {
+    if (kk == jj && b + kk < N) {
+      value = x[b + kk];
+    }
+  }
+  return value;
+}
+
+template <typename T, int N, int RB>
+METAL_FUNC void set_element(thread T (&x)[N], int b, int jj, T value) {
+  #pragma unroll
+  for (int kk = 0; kk < RB; ++kk) {
+    if (kk == jj && b + kk < N) {
+      x[b + kk] = value;
+    }
+  }
+}
+
+// slarfg / clarfg on x = rows j + 1 .. m - 1 of tile column v, below alpha, by
+// the LANES lanes of a team's first SIMD group, lane l taking rows l, l + LANES,
+// ...: scales x to the reflector's v and returns the reflector (to every lane).
+// x = 0 with a real alpha gives tau = 0. ||x|| is formed from x / max |x_i|, so
+// that it neither overflows nor underflows where it is representable (snrm2).
 template <typename T, int LANES, int ROWS>
-METAL_FUNC reflector<T> make_reflector(threadgroup T* v, int j, int m, int lane) {
+METAL_FUNC reflector<T> make_reflector(threadgroup T* v, T alpha, int j, int m, int lane) {
   typedef typename scalar_traits<T>::real R;
-  const T alpha = v[j];
   R largest = R(0);
+  R ssq = R(0);
   #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const int i = lane + r * LANES;
     if (i > j && i < m) {
       largest = fmax(largest, abs_max(v[i]));
+      ssq += squared_magnitude(v[i]);
     }
   }
   largest = lanes_max<LANES>(largest);
-  if (largest == R(0) && imag_part(alpha) == R(0)) {
+  ssq = lanes_sum<LANES>(ssq);  // NaN where x holds one, which fmax passes over
+  if (largest == R(0) && imag_part(alpha) == R(0) && !isnan(ssq)) {
     return identity_reflector(alpha);
   }
   const bool scale_by_reciprocal = has_safe_reciprocal(largest);
@@ -175,124 +225,222 @@ METAL_FUNC reflector<T> make_reflector(threadgroup T* v, int j, int m, int lane)
   return h;
 }
 
-// The team's matrix (m x n, row-major in device memory) into its tile by
-// columns, with consecutive threads reading consecutive elements.
-template <typename T, int N>
-METAL_FUNC void load_columns(const device T* a, int m, int n, bool present, threadgroup T* tile, int t) {
-  for (int e = t; e < m * n; e += N) {
-    if (present) {
-      tile[(e % n) * (N + 1) + e / n] = a[e];
-    }
+// x <- H x (ADJOINT false) or H^H x (true) for H = I - tau v v^H, v from row b
+// of its tile column on (zero above its diagonal row).
+template <typename T, int N, bool ADJOINT>
+METAL_FUNC void apply_reflector(thread T (&x)[N], const threadgroup T* v, T tau, int b) {
+  T w = conj(v[b]) * x[b];
+  #pragma unroll
+  for (int i = b + 1; i < N; ++i) {
+    w = w + conj(v[i]) * x[i];
   }
-}
-
-template <typename T, int N>
-METAL_FUNC void store_columns(const threadgroup T* tile, device T* a, int m, int n, bool present, int t) {
-  for (int e = t; e < m * n; e += N) {
-    if (present) {
-      a[e] = tile[(e % n) * (N + 1) + e / n];
-    }
-  }
-}
-
-// c - s v, the update of one column by a reflector, from row `first` on
-// (v[first] = 1 is implicit).
-template <typename T>
-METAL_FUNC void apply_reflector(threadgroup T* c, const threadgroup T* v, int first, int m, T tau) {
-  T w = c[first];
-  for (int i = first + 1; i < m; ++i) {
-    w = w + conj(v[i]) * c[i];
+  if (ADJOINT) {
+    tau = conj(tau);
   }
   const T s = tau * w;
-  c[first] = c[first] - s;
-  for (int i = first + 1; i < m; ++i) {
-    c[i] = multiply_subtract(c[i], s, v[i]);
+  #pragma unroll
+  for (int i = b; i < N; ++i) {
+    x[i] = multiply_subtract(x[i], s, v[i]);
+  }
+}
+
+// sgeqr2 / cgeqr2 on the team's matrix, its columns in registers. At step j,
+// column j's thread puts x (below the diagonal) in the tile, the team's first
+// SIMD group turns it into v_j; after a barrier, every column right of j takes
+// H_j^H. The tile ends with every reflector, visible to the team; v_j stays out
+// of column j's registers.
+template <typename T, int N>
+METAL_FUNC void factor_columns(thread T (&col)[N], threadgroup T* tile, int m, int n, int c) {
+  typedef typename scalar_traits<T>::real R;
+  const int RB = small_tile<N>::RB;
+  const int LANES = N < 32 ? N : 32;
+  const int steps = min(m, n);
+  threadgroup T* taus = tile + small_tile<N>::SIZE;
+  threadgroup T* alpha = taus + N;  // the step's diagonal entry
+  threadgroup T* beta = taus + N + 1;  // and what it becomes
+  #pragma unroll
+  for (int b = 0; b < N; b += RB) {
+    const int block_steps = min(RB, steps - b);
+    for (int jj = 0; jj < block_steps; ++jj) {
+      const int j = b + jj;
+      threadgroup T* v = tile + small_tile<N>::offset(j) - b;  // v[i], i >= b
+      if (c == j) {
+        #pragma unroll
+        for (int i = b; i < N; ++i) {
+          T x = col[i];
+          if (i <= j) {
+            x = scalar_traits<T>::from_real(R(i == j ? 1 : 0));
+          }
+          v[i] = x;
+        }
+        *alpha = element_of<T, N, RB>(col, b, jj);
+      }
+      team_barrier<N>();
+      if (c < LANES) {
+        const reflector<T> h = make_reflector<T, LANES, N / LANES>(v, *alpha, j, m, c);
+        if (c == 0) {
+          taus[j] = h.tau;
+          *beta = scalar_traits<T>::from_real(h.beta);
+        }
+      }
+      team_barrier<N>();
+      if (c == j) {
+        set_element<T, N, RB>(col, b, jj, *beta);
+      }
+      if (c > j) {
+        apply_reflector<T, N, true>(col, v, taus[j], b);
+      }
+    }
+  }
+}
+
+// sorg2r / cung2r for column c of Q = H_0 ... H_{k-1} I: e_c, then H_{k-1}
+// first. H_j leaves e_c as it is for j > c, so thread c's work begins at
+// min(k - 1, c); the team's threads run the same steps, those before theirs
+// idle.
+template <typename T, int N>
+METAL_FUNC void form_q_column(thread T (&q)[N], const threadgroup T* tile, int k, int c) {
+  typedef typename scalar_traits<T>::real R;
+  const int RB = small_tile<N>::RB;
+  const threadgroup T* taus = tile + small_tile<N>::SIZE;
+  #pragma unroll
+  for (int i = 0; i < N; ++i) {
+    q[i] = scalar_traits<T>::from_real(R(i == c ? 1 : 0));
+  }
+  #pragma unroll
+  for (int b = N - RB; b >= 0; b -= RB) {
+    for (int j = min(b + RB, k) - 1; j >= b; --j) {
+      if (c >= j) {
+        apply_reflector<T, N, false>(q, tile + small_tile<N>::offset(j) - b, taus[j], b);
+      }
+    }
+  }
+}
+
+// Column c (< n) of the team's m x n matrix into registers, rows past m zero:
+// thread c reads element c of each row, so that a team's reads of a row are
+// one contiguous run.
+template <typename T, int N>
+METAL_FUNC void load_column(const device T* a, int m, int n, bool present, int c, thread T (&col)[N]) {
+  typedef typename scalar_traits<T>::real R;
+  #pragma unroll
+  for (int i = 0; i < N; ++i) {
+    col[i] = scalar_traits<T>::from_real(R(0));
+    if (present && c < n && i < m) {
+      col[i] = a[i * n + c];
+    }
+  }
+}
+
+// Rows 0 .. rows - 1 of column c (< n) of an n-column matrix from registers;
+// rows past `last` are stored as zeros (R's triangle).
+template <typename T, int N>
+METAL_FUNC void store_column(thread const T (&col)[N], device T* a, int rows, int n, int last, bool present, int c) {
+  typedef typename scalar_traits<T>::real R;
+  #pragma unroll
+  for (int i = 0; i < N; ++i) {
+    T value = scalar_traits<T>::from_real(R(0));
+    if (i <= last) {
+      value = col[i];
+    }
+    if (present && c < n && i < rows) {
+      a[i * n + c] = value;
+    }
   }
 }
 
 // sgeqr2 / cgeqr2 for m x n matrices, m, n <= N, a team of N threads per matrix
-// and TEAMS teams per threadgroup. At step j the team forms the reflector from
-// column j; after a barrier every column right of it takes H_j^H (the
-// reflector's column is read, not written, until step j is over, but for its
-// diagonal entry, which no update reads).
+// and TEAMS teams per threadgroup.
 //   a, qr: count x m x n (qr: R on and above the diagonal, the v_j below);
 //   tau: count x min(m, n).
 template <typename T, int N, int TEAMS>
 METAL_FUNC void geqrf_small(const device T* a, device T* qr, device T* tau, int m, int n, int count,
-                            threadgroup T* tiles, threadgroup T* taus, thread_position pos) {
+                            threadgroup T* tiles, thread_position pos) {
   const int team = int(pos.thread_index) / N;
-  const int t = int(pos.thread_index) % N;
+  const int c = int(pos.thread_index) % N;
   const long matrix = long(pos.group_index) * TEAMS + team;
   const bool present = matrix < count;
   const int steps = min(m, n);
-  threadgroup T* tile = tiles + team * N * (N + 1);
-  load_columns<T, N>(a + matrix * m * n, m, n, present, tile, t);
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  // The reflectors are formed by the team's first SIMD group (all of a team of
-  // N <= 32), which holds every row's lane.
-  const int LANES = N < 32 ? N : 32;
-  for (int j = 0; j < steps; ++j) {
-    threadgroup T* v = tile + j * (N + 1);
-    typename scalar_traits<T>::real beta = 0;
-    if (t < LANES) {
-      const reflector<T> h = make_reflector<T, LANES, N / LANES>(v, j, m, t);
-      beta = h.beta;
-      if (t == 0) {
-        taus[team * N + j] = h.tau;
+  threadgroup T* tile = tiles + team * small_tile<N>::TEAM_SIZE;
+  T col[N];
+  load_column<T, N>(a + matrix * m * n, m, n, present, c, col);
+  factor_columns<T, N>(col, tile, m, n, c);
+  if (c < steps) {  // v_c below the diagonal
+    const threadgroup T* v = tile + small_tile<N>::offset(c) - c / small_tile<N>::RB * small_tile<N>::RB;
+    #pragma unroll
+    for (int i = 1; i < N; ++i) {
+      if (i > c) {
+        col[i] = v[i];
       }
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (present && t == j % LANES) {
-      v[j] = scalar_traits<T>::from_real(beta);
-    }
-    if (present && t > j && t < n) {
-      apply_reflector(tile + t * (N + 1), v, j, m, conj(taus[team * N + j]));
-    }
-    // Column j + 1, updated by its thread, is read by the next reflector's lanes.
-    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  store_columns<T, N>(tile, qr + matrix * m * n, m, n, present, t);
-  if (present && t < steps) {
-    tau[matrix * steps + t] = taus[team * N + t];
+  store_column<T, N>(col, qr + matrix * m * n, m, n, N, present, c);
+  if (present && c < steps) {
+    tau[matrix * steps + c] = tile[small_tile<N>::SIZE + c];
   }
 }
 
 // sorg2r / cung2r: Q = H_0 ... H_{k-1} I[:, :n] (m x n, k <= n <= m <= N) from the
 // first k reflectors of a (m x n, as geqrf leaves them), a team of N threads per
-// matrix: thread c builds column c, applying H_{k-1} first. Columns never
-// interact, so the sweep has no barrier; the reflectors are read from device
-// memory (every thread reads the same element: a broadcast).
+// matrix, thread c building column c.
 //   a, q: count x m x n; tau: count x k.
 template <typename T, int N, int TEAMS>
 METAL_FUNC void householder_small(const device T* a, const device T* tau, device T* q, int m, int n, int k,
                                   int count, threadgroup T* tiles, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
+  const int RB = small_tile<N>::RB;
   const int team = int(pos.thread_index) / N;
   const int c = int(pos.thread_index) % N;
   const long matrix = long(pos.group_index) * TEAMS + team;
   const bool present = matrix < count;
-  threadgroup T* tile = tiles + team * N * (N + 1);
-  threadgroup T* column = tile + c * (N + 1);
-  const device T* A = a + matrix * m * n;
-  for (int i = 0; i < m; ++i) {
-    column[i] = scalar_traits<T>::from_real(R(i == c ? 1 : 0));
-  }
-  if (present && c < n) {
-    for (int j = min(k, c + 1) - 1; j >= 0; --j) {
-      // Rows j + 1 .. m - 1 of v_j, and v_j[j] = 1.
-      T w = column[j];
-      for (int i = j + 1; i < m; ++i) {
-        w = w + conj(A[i * n + j]) * column[i];
+  threadgroup T* tile = tiles + team * small_tile<N>::TEAM_SIZE;
+  T x[N];
+  load_column<T, N>(a + matrix * m * n, m, n, present && c < k, c, x);
+  // Thread c < k stores v_c from its block's first row on.
+  if (c < k) {
+    const int b = c / RB * RB;
+    threadgroup T* v = tile + small_tile<N>::offset(c) - b;
+    #pragma unroll
+    for (int i = 0; i < N; ++i) {
+      T vi = scalar_traits<T>::from_real(R(i == c ? 1 : 0));
+      if (i > c) {
+        vi = x[i];
       }
-      const T s = tau[matrix * k + j] * w;
-      column[j] = column[j] - s;
-      for (int i = j + 1; i < m; ++i) {
-        column[i] = multiply_subtract(column[i], s, A[i * n + j]);
+      if (i >= b) {
+        v[i] = vi;
       }
     }
+    T tau_c = scalar_traits<T>::from_real(R(0));
+    if (present) {
+      tau_c = tau[matrix * k + c];
+    }
+    tile[small_tile<N>::SIZE + c] = tau_c;
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  store_columns<T, N>(tile, q + matrix * m * n, m, n, present, c);
+  team_barrier<N>();
+  form_q_column<T, N>(x, tile, k, c);
+  store_column<T, N>(x, q + matrix * m * n, m, n, N, present, c);
+}
+
+// Householder QR with Q formed in the same launch, m, n <= N, a team of N
+// threads per matrix: R (r_rows x n, zeros below the diagonal) and Q (m x
+// q_columns, q_columns <= m; not formed when q_columns = 0).
+//   a: count x m x n; q: count x m x q_columns; r: count x r_rows x n.
+template <typename T, int N, int TEAMS>
+METAL_FUNC void qr_small(const device T* a, device T* q, device T* r, int m, int n, int q_columns, int r_rows,
+                         int count, threadgroup T* tiles, thread_position pos) {
+  const int team = int(pos.thread_index) / N;
+  const int c = int(pos.thread_index) % N;
+  const long matrix = long(pos.group_index) * TEAMS + team;
+  const bool present = matrix < count;
+  threadgroup T* tile = tiles + team * small_tile<N>::TEAM_SIZE;
+  T col[N];
+  load_column<T, N>(a + matrix * m * n, m, n, present, c, col);
+  factor_columns<T, N>(col, tile, m, n, c);
+  store_column<T, N>(col, r + matrix * r_rows * n, r_rows, n, c, present, c);
+  if (q_columns > 0) {
+    form_q_column<T, N>(col, tile, min(m, n), c);
+    store_column<T, N>(col, q + matrix * m * q_columns, m, q_columns, N, present, c);
+  }
 }
 
 // The sum (MAX false) or the maximum (MAX true) of x over the threadgroup's

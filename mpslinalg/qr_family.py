@@ -2,11 +2,10 @@
 
 Kernels (``metal/qr.metal``), LAPACK's sgeqr2 / cgeqr2 and sorg2r / cung2r:
 
-- ``geqrf_small``: m, n <= N (N = 8, 16, 32, and 64 where the tile fits 32 KiB:
-  real types), a team of N threads per matrix holding it in threadgroup memory
-  by columns, thread c owning column c; a barrier a step.
-- ``householder_small``: Q from the reflectors, a thread per column of Q, no
-  barrier.
+- ``geqrf_small``, ``householder_small``, ``qr_small``: m, n <= N (N = 8, 16, 32,
+  64), a team of N threads per matrix, thread c holding column c in registers;
+  the reflectors are shared through threadgroup memory, a barrier a step.
+  ``qr_small`` forms Q in the same launch (one read of A, one write of Q and R).
 - ``geqrf_panel``: sgeqr2 on a panel of up to 32 columns of a matrix of any
   height in device memory, a threadgroup per matrix.
 
@@ -32,6 +31,14 @@ from .runtimes import fits, groups_for, launch, pieces
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
 
+def _tile(N: int) -> list[Shared]:
+    """Each team's reflectors, their taus and a step's alpha and beta (qr.metal's
+    small_tile): column j from its block's first row on, blocks of 8 columns."""
+    rb = min(N, 8)
+    blocks = N // rb
+    return [Shared("tiles", "T", TEAMS[N] * (rb * blocks * N - rb * rb * blocks * (blocks - 1) // 2 + N + 2))]
+
+
 GEQRF_SMALL = Kernel(
     function="geqrf_small",
     source="qr.metal",
@@ -39,7 +46,7 @@ GEQRF_SMALL = Kernel(
     instances=tuple({"N": n} for n in SIZES),
     group_size=lambda N: N * TEAMS[N],
     template=lambda N: (N, TEAMS[N]),
-    shared=lambda N: [Shared("tiles", "T", TEAMS[N] * N * (N + 1)), Shared("taus", "T", TEAMS[N] * N)],
+    shared=_tile,
 )
 
 HOUSEHOLDER_SMALL = Kernel(
@@ -52,7 +59,20 @@ HOUSEHOLDER_SMALL = Kernel(
     instances=GEQRF_SMALL.instances,
     group_size=GEQRF_SMALL.group_size,
     template=GEQRF_SMALL.template,
-    shared=lambda N: [Shared("tiles", "T", TEAMS[N] * N * (N + 1))],
+    shared=_tile,
+)
+
+QR_SMALL = Kernel(
+    function="qr_small",
+    source="qr.metal",
+    args=(
+        Buffer("a", const=True), Buffer("q"), Buffer("r"),
+        Scalar("m"), Scalar("n"), Scalar("q_columns"), Scalar("r_rows"), Scalar("count"),
+    ),
+    instances=GEQRF_SMALL.instances,
+    group_size=GEQRF_SMALL.group_size,
+    template=GEQRF_SMALL.template,
+    shared=_tile,
 )
 
 PANEL_WIDTH = 32  # a SIMD group's lanes: one column each
@@ -213,6 +233,9 @@ def _qr_body(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(Q, R) of A as torch.linalg.qr(A, mode): geqrf, then Q from its reflectors."""
     m, n = A.shape[-2:]
     k = min(m, n)
+    size = small_size(QR_SMALL, m, n, A.dtype)
+    if size:
+        return _qr_small(_checks.resolved(A), mode, size)
     packed, tau = _geqrf_body(A)
     R = packed[..., : (m if mode == "complete" else k), :].triu()
     if mode == "r":
@@ -222,6 +245,27 @@ def _qr_body(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         reflectors = packed[..., :, :k]
     return _householder_body(reflectors.contiguous(), tau), R
+
+
+def _qr_small(a: torch.Tensor, mode: str, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    *batch, m, n = a.shape
+    k = min(m, n)
+    count = a.shape[:-2].numel()
+    q_columns = m if mode == "complete" else k
+    r_rows = m if mode == "complete" else k
+    Q = a.new_empty(0) if mode == "r" else a.new_empty((count, m, q_columns))
+    R = a.new_empty((count, r_rows, n))
+    if count and k:
+        flat = a.reshape(count, m, n)
+        for start, stop in pieces(count):
+            launch(
+                QR_SMALL, groups_for(stop - start, TEAMS[size]),
+                flat[start:stop], Q[start:stop] if Q.numel() else Q, R[start:stop],
+                m, n, 0 if mode == "r" else q_columns, r_rows, stop - start, N=size,
+            )
+    elif Q.numel():
+        Q.copy_(torch.eye(m, q_columns, dtype=a.dtype, device=a.device))  # an m x 0 A's complete Q
+    return (Q if mode == "r" else Q.reshape(*batch, m, q_columns)), R.reshape(*batch, r_rows, n)
 
 
 def _qr_fake(A, mode):

@@ -199,7 +199,7 @@ def test_qr_gradient(device, m, n, mode, dtype):
     # Against torch's on the CPU.
     Q, R = LA.qr(A, mode=mode)
     weights = gaussian(Q.shape, dtype).to(device), gaussian(R.shape, dtype).to(device)
-    loss = lambda Q, R: ((Q * weights[0]).sum() + (R * weights[1]).sum()).abs()
+    loss = lambda Q, R: ((Q * weights[0].to(Q.device)).sum() + (R * weights[1].to(R.device)).sum()).abs()
     (grad,) = torch.autograd.grad(loss(Q, R), A)
     A_cpu = A.detach().cpu().requires_grad_()
     (expected,) = torch.autograd.grad(loss(*torch.linalg.qr(A_cpu, mode=mode)), A_cpu)
@@ -253,6 +253,9 @@ def test_kernels_are_taken(device, monkeypatch):
     monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
     monkeypatch.setattr(torch, "geqrf", None)  # never torch's
     LA.qr(gaussian((4, 20, 12), torch.complex64).to(device))
+    assert launched == ["qr_small"]
+    launched.clear()
+    LA.householder_product(*LA.geqrf(gaussian((4, 20, 12), torch.complex64).to(device)))
     assert launched == ["geqrf_small", "householder_small"]
     launched.clear()
     LA.qr(gaussian((2, 100, 70), torch.complex64).to(device))
