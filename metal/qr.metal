@@ -199,22 +199,27 @@ METAL_FUNC reflector<T> make_reflector(threadgroup T* v, T alpha, int j, int m, 
       ssq += squared_magnitude(v[i]);
     }
   }
+  // Every lane takes every reduction: the SIMD group holds other teams, whose
+  // x may be zero where this one's is not.
   largest = lanes_max<LANES>(largest);
   ssq = lanes_sum<LANES>(ssq);  // NaN where x holds one, which fmax passes over
-  if (largest == R(0) && imag_part(alpha) == R(0) && !isnan(ssq)) {
-    return identity_reflector(alpha);
-  }
-  const bool scale_by_reciprocal = has_safe_reciprocal(largest);
-  const R inverse = R(1) / largest;
+  const bool identity = largest == R(0) && imag_part(alpha) == R(0) && !isnan(ssq);
+  const R scale = largest > R(0) ? largest : R(1);
+  const bool scale_by_reciprocal = has_safe_reciprocal(scale);
+  const R inverse = R(1) / scale;
   R sum = R(0);
   #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const int i = lane + r * LANES;
     if (i > j && i < m) {
-      sum += squared_magnitude(scaled_by(v[i], largest, inverse, scale_by_reciprocal));
+      sum += squared_magnitude(scaled_by(v[i], scale, inverse, scale_by_reciprocal));
     }
   }
-  const reflector<T> h = reflector_of(alpha, largest, sqrt(lanes_sum<LANES>(sum)));
+  sum = lanes_sum<LANES>(sum);
+  reflector<T> h = identity_reflector(alpha);
+  if (!identity) {
+    h = reflector_of(alpha, largest, sqrt(sum));
+  }
   #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const int i = lane + r * LANES;
