@@ -146,6 +146,30 @@ METAL_FUNC R lanes_max(R x) {
   return x;
 }
 
+// x[b + jj] of a thread's array in registers, for a block start b that is static
+// and jj that is not (an index unknown at compile time would put x in memory).
+template <typename T, int N, int RB>
+METAL_FUNC T element_of(thread const T (&x)[N], int b, int jj) {
+  T value = x[b];
+  #pragma unroll
+  for (int kk = 1; kk < RB; ++kk) {
+    if (kk == jj && b + kk < N) {
+      value = x[b + kk];
+    }
+  }
+  return value;
+}
+
+template <typename T, int N, int RB>
+METAL_FUNC void set_element(thread T (&x)[N], int b, int jj, T value) {
+  #pragma unroll
+  for (int kk = 0; kk < RB; ++kk) {
+    if (kk == jj && b + kk < N) {
+      x[b + kk] = value;
+    }
+  }
+}
+
 // |re| + |im|: the magnitude LAPACK's isamax/icamax compare when pivoting.
 template <typename R>
 METAL_FUNC R abs1(R x) {

@@ -357,17 +357,18 @@ METAL_FUNC void panel_step(device T* column, int n, int first, int m, bool updat
 
 // sgetf2 on the panel of columns [j0, j0 + w), w <= 32, of each m x n matrix (its
 // rows j0..m-1), in place in device memory, one threadgroup of GROUP threads per
-// matrix: the panel kernel of the blocked sgetrf. Lane c of each SIMD group owns
-// column j0 + c in the update, and SIMD group g rows g, g + GROUP / 32, ..., so
-// that every access to a row of the panel is one contiguous run; the pivot search
-// gives each thread rows of its own. Interchanges swap the panel's part of the
-// rows only; lu_swap_rows applies them to the other columns (slaswp). info must
-// hold 0 or an earlier panel's first zero pivot.
+// matrix: the blocked sgetrf's panel where it is too tall for lu_factor_panel's
+// registers. Lane c of each SIMD group owns column j0 + c in the update, and SIMD
+// group g rows g, g + GROUP / 32, ..., so that every access to a row of the panel
+// is one contiguous run; the pivot search gives each thread rows of its own.
+// Every step reads and writes the whole panel. Interchanges swap the panel's part
+// of the rows only; lu_swap_rows applies them to the other columns (slaswp). info
+// must hold 0 or an earlier panel's first zero pivot.
 //   a: count x m x n; pivots: count x min(m, n); info: count.
 template <typename T, int GROUP>
-METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
-                                int pivoting, threadgroup typename scalar_traits<T>::real* values,
-                                threadgroup int* positions, thread_position pos) {
+METAL_FUNC void lu_factor_tall_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0,
+                                     int w, int pivoting, threadgroup typename scalar_traits<T>::real* values,
+                                     threadgroup int* positions, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int SIMDS = GROUP / 32;
   const int ROWS = 8;
@@ -419,6 +420,232 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
       panel_step<T, ROWS, SIMDS, 1>(A + k, n, first, m, updates, k == j, pivot_lane, u, d);
     }
     threadgroup_barrier(mem_flags::mem_device);
+  }
+}
+
+// The widest panel of the blocked sgetrf: a SIMD group's lanes.
+#define PANEL_WIDTH 32
+
+// sgetrf2's panel in registers: columns [j0, j0 + w), w <= PANEL_WIDTH, of each
+// m x n matrix, rows j0..m-1, one threadgroup of GROUP threads per matrix, thread
+// t holding rows j0 + t + GROUP r (r < ROWS), so m - j0 <= GROUP * ROWS. The panel
+// goes SB columns at a time, 32 bytes of each row (8 float, 4 complex64 or double,
+// 2 complex128). Each such sub-panel is read once, factored in registers by
+// sgetf2 and written once, its rows at their final positions: rows never move
+// between threads, each tracks its position, as in lu_factor_small. A step's
+// pivot is each SIMD group's best row (two reductions), offered with its row
+// through threadgroup memory (double buffered, so one barrier a step), then the
+// best offer (two more). Then, as sgetrf2 after its left half, in device memory:
+// the sub-panel's interchanges reach the panel's other columns (only the moved
+// rows, at most 2 SB, through threadgroup memory), and the columns right of it
+// take U12 = L11^-1 A12 and A22 -= L21 U12, each row by the thread that holds
+// its multipliers. Interchanges outside the panel are left to lu_swap_rows;
+// pivots and info as lu_factor_tall_panel's.
+//   a: count x m x n; pivots: count x min(m, n); info: count.
+template <typename T, int GROUP, int ROWS>
+METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
+                                int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
+                                threadgroup int* offered_positions, threadgroup T* offered_rows,
+                                threadgroup T* triangle, threadgroup T* block_row, threadgroup T* moved,
+                                thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const int SB = 32 / int(sizeof(T));
+  const int SIMDS = GROUP / 32;
+  const int t = int(pos.thread_index);
+  const int lane = int(pos.simd_lane);
+  const int steps = min(m, n);
+  device T* A = a + long(pos.group_index) * m * n;
+  device int* ipiv = pivots + long(pos.group_index) * steps;
+  const int last = j0 + w;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  int first_zero = 0;
+  int parity = 0;
+  T row[ROWS][SB];
+  int position[ROWS];  // -1: no row of this sub-panel
+  for (int c0 = j0; c0 < last; c0 += SB) {
+    const int sw = min(SB, last - c0);
+    const int c1 = c0 + sw;
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int i = j0 + t + GROUP * r;
+      position[r] = i >= c0 && i < m ? i : -1;
+      #pragma unroll
+      for (int kk = 0; kk < SB; ++kk) {
+        row[r][kk] = zero;
+        if (position[r] >= 0 && kk < sw) {
+          row[r][kk] = A[long(i) * n + c0 + kk];
+        }
+      }
+    }
+    for (int jj = 0; jj < sw; ++jj) {
+      const int j = c0 + jj;
+      T x[ROWS];
+      pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        x[r] = element_of<T, SB, SB>(row[r], 0, jj);
+        const bool eligible = position[r] >= 0 && (pivoting ? position[r] >= j : position[r] == j);
+        const pivot_key<R> other = candidate(x[r], position[r], eligible);
+        if (better(other, mine)) {
+          mine = other;
+        }
+      }
+      const pivot_key<R> simd = simd_best<R, 32>(mine);
+      const int slot = parity * SIMDS + int(pos.simd_group);
+      if (lane == 0) {
+        offered_values[slot] = simd.value;
+        offered_positions[slot] = simd.position;
+      }
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (position[r] >= 0 && position[r] == simd.position) {
+          #pragma unroll
+          for (int kk = 0; kk < SB; ++kk) {
+            offered_rows[slot * SB + kk] = row[r][kk];
+          }
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      // The best offer; its slot rides in the position's low bits.
+      pivot_key<R> offer = {R(-1), NO_PIVOT_POSITION};
+      if (lane < SIMDS) {
+        offer.value = offered_values[parity * SIMDS + lane];
+        const int offered = offered_positions[parity * SIMDS + lane];
+        offer.position = offered == NO_PIVOT_POSITION ? offered : offered * 32 + lane;
+      }
+      const pivot_key<R> best = simd_best<R, 32>(offer);
+      const int p = best.position / 32;
+      const threadgroup T* source = offered_rows + (parity * SIMDS + best.position % 32) * SB;
+      T u[SB];
+      #pragma unroll
+      for (int kk = 0; kk < SB; ++kk) {
+        u[kk] = source[kk];
+      }
+      const T pivot = element_of<T, SB, SB>(u, 0, jj);
+      if (t == 0) {
+        ipiv[j] = p + 1;
+        if (first_zero == 0 && pivot == zero) {
+          first_zero = j + 1;
+        }
+      }
+      const pivot_divisor<T> d = divisor(pivot);
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (position[r] == p) {
+          position[r] = j;
+        } else if (position[r] == j) {
+          position[r] = p;
+        }
+        if (position[r] > j) {
+          const T l = multiplier(x[r], d);
+          #pragma unroll
+          for (int kk = 0; kk < SB; ++kk) {
+            if (kk == jj) {
+              row[r][kk] = l;
+            } else if (kk > jj) {
+              row[r][kk] = multiply_subtract(row[r][kk], l, u[kk]);
+            }
+          }
+        }
+      }
+      parity ^= 1;
+    }
+    // The sub-panel at its rows' final positions, and L11 for the solve below. A
+    // moved row's other panel columns wait in threadgroup memory until every
+    // thread has read its own: slots by final position in [c0, c1), else (a row
+    // that left [c0, c1)) by first position.
+    const int others = w - sw;
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int i = j0 + t + GROUP * r;
+      if (position[r] >= 0) {
+        #pragma unroll
+        for (int kk = 0; kk < SB; ++kk) {
+          if (kk < sw) {
+            A[long(position[r]) * n + c0 + kk] = row[r][kk];
+          }
+          if (position[r] < c1) {
+            triangle[(position[r] - c0) * SB + kk] = row[r][kk];
+          }
+        }
+      }
+      if (position[r] >= 0 && position[r] != i) {
+        const int s = position[r] < c1 ? position[r] - c0 : sw + i - c0;
+        for (int e = 0; e < others; ++e) {
+          const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
+          moved[s * PANEL_WIDTH + e] = A[long(i) * n + column];
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int i = j0 + t + GROUP * r;
+      if (position[r] >= 0 && position[r] != i) {
+        const int s = position[r] < c1 ? position[r] - c0 : sw + i - c0;
+        for (int e = 0; e < others; ++e) {
+          const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
+          A[long(position[r]) * n + column] = moved[s * PANEL_WIDTH + e];
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    // U12 = L11^-1 A12 (strsm), a thread per column right of the sub-panel.
+    const int right = last - c1;
+    if (t < right) {
+      T b[SB];
+      #pragma unroll
+      for (int q = 0; q < SB; ++q) {
+        b[q] = zero;
+        if (q < sw) {
+          b[q] = A[long(c0 + q) * n + c1 + t];
+          #pragma unroll
+          for (int s = 0; s < q; ++s) {
+            b[q] = multiply_subtract(b[q], triangle[q * SB + s], b[s]);
+          }
+          A[long(c0 + q) * n + c1 + t] = b[q];
+        }
+        block_row[q * PANEL_WIDTH + t] = b[q];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // A22 -= L21 U12 (sgemm), each row by its thread, SB columns at a time.
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      if (position[r] >= c1) {
+        device T* target = A + long(position[r]) * n + c1;
+        for (int e0 = 0; e0 < right; e0 += SB) {
+          T v[SB];
+          #pragma unroll
+          for (int e = 0; e < SB; ++e) {
+            v[e] = zero;
+            if (e0 + e < right) {
+              v[e] = target[e0 + e];
+            }
+          }
+          #pragma unroll
+          for (int kk = 0; kk < SB; ++kk) {
+            #pragma unroll
+            for (int e = 0; e < SB; ++e) {
+              if (kk < sw) {
+                v[e] = multiply_subtract(v[e], row[r][kk], block_row[kk * PANEL_WIDTH + e0 + e]);
+              }
+            }
+          }
+          #pragma unroll
+          for (int e = 0; e < SB; ++e) {
+            if (e0 + e < right) {
+              target[e0 + e] = v[e];
+            }
+          }
+        }
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+  }
+  if (t == 0 && first_zero != 0 && info[pos.group_index] == 0) {
+    info[pos.group_index] = first_zero;
   }
 }
 

@@ -158,29 +158,6 @@ METAL_FUNC void team_barrier() {
   }
 }
 
-// x[b + jj], for a block start b that is static and jj that is not.
-template <typename T, int N, int RB>
-METAL_FUNC T element_of(thread const T (&x)[N], int b, int jj) {
-  T value = x[b];
-  #pragma unroll
-  for (int kk = 1; kk < RB; ++kk) {
-    if (kk == jj && b + kk < N) {
-      value = x[b + kk];
-    }
-  }
-  return value;
-}
-
-template <typename T, int N, int RB>
-METAL_FUNC void set_element(thread T (&x)[N], int b, int jj, T value) {
-  #pragma unroll
-  for (int kk = 0; kk < RB; ++kk) {
-    if (kk == jj && b + kk < N) {
-      x[b + kk] = value;
-    }
-  }
-}
-
 // slarfg / clarfg on x = rows j + 1 .. m - 1 of tile column v, below alpha, by
 // the LANES lanes of a team's first SIMD group, lane l taking rows l, l + LANES,
 // ...: scales x to the reflector's v and returns the reflector (to every lane).

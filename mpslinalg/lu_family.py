@@ -7,8 +7,10 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   64, several teams per threadgroup), each thread a row in registers, pivots
   found by SIMD-group shuffles (and, for N = 64, one barrier a step).
 - Larger matrices: blocked right-looking sgetrf. ``lu_factor_panel`` factors a
-  panel of PANEL_WIDTH columns in place (a SIMD lane per column, so that each row
-  of the panel is one contiguous access), ``lu_swap_rows`` applies its
+  panel of PANEL_WIDTH columns and up to 4096 rows (sgetrf2: sub-panels of 32
+  bytes a row factored in registers, the rest of the panel updated from them);
+  taller panels take ``lu_factor_tall_panel`` (a SIMD lane per column, every step
+  in device memory). ``lu_swap_rows`` applies their
   interchanges to the other columns (slaswp), the U block row is a triangular
   solve (the triangular family's kernels), and the trailing update is one
   ``torch.baddbmm``.
@@ -53,8 +55,10 @@ LU_FACTOR_SMALL = Kernel(
     where=lambda dtype, N: not (dtype == torch.complex128 and N == 64),
 )
 
-PANEL_WIDTH = 32  # a SIMD group's lanes: one column each
-PANEL_GROUPS = (256, 1024)  # threads per matrix: up to 256 rows, more
+PANEL_WIDTH = 32  # a SIMD group's lanes (lu.metal's PANEL_WIDTH)
+# (threads, rows a thread holds) of the register panel, by preference: a panel of h
+# rows takes the first that holds them.
+PANEL_SHAPES = ((256, 1), (1024, 1), (1024, 2), (1024, 4), (256, 2), (256, 4))
 
 LU_FACTOR_PANEL = Kernel(
     function="lu_factor_panel",
@@ -63,7 +67,28 @@ LU_FACTOR_PANEL = Kernel(
         Buffer("a"), Buffer("pivots", "int"), Buffer("info", "int"),
         Scalar("m"), Scalar("n"), Scalar("j0"), Scalar("w"), Scalar("pivoting"),
     ),
-    instances=tuple({"GROUP": g} for g in PANEL_GROUPS),
+    instances=tuple({"GROUP": g, "ROWS": r} for g, r in PANEL_SHAPES),
+    group_size=lambda GROUP, ROWS: GROUP,
+    template=lambda GROUP, ROWS: (GROUP, ROWS),
+    # Offers are double buffered; a sub-panel is at most 8 columns (32 bytes of
+    # float32), and at most twice as many rows move as it has columns.
+    shared=lambda GROUP, ROWS: [
+        Shared("offered_values", "R", 2 * GROUP // 32),
+        Shared("offered_positions", "int", 2 * GROUP // 32),
+        Shared("offered_rows", "T", 2 * GROUP // 32 * 8),
+        Shared("triangle", "T", 8 * 8),
+        Shared("block_row", "T", 8 * PANEL_WIDTH),
+        Shared("moved", "T", 16 * PANEL_WIDTH),
+    ],
+)
+
+TALL_PANEL_GROUPS = (256, 1024)
+
+LU_FACTOR_TALL_PANEL = Kernel(
+    function="lu_factor_tall_panel",
+    source="lu.metal",
+    args=LU_FACTOR_PANEL.args,
+    instances=tuple({"GROUP": g} for g in TALL_PANEL_GROUPS),
     group_size=lambda GROUP: GROUP,
     template=lambda GROUP: (GROUP,),
     shared=lambda GROUP: [Shared("values", "R", GROUP // 32), Shared("positions", "int", GROUP // 32)],
@@ -141,19 +166,27 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[to
     return lu.reshape(a.shape), pivots.reshape(*batch, k), info
 
 
+def _panel(h: int, dtype: torch.dtype, device: torch.device) -> tuple[Kernel, dict]:
+    """The panel kernel and its values for a panel of h rows: the first register
+    shape that holds them (a Metal pipeline may allow fewer than 1024 threads), else
+    the tall panel."""
+    for group, rows in PANEL_SHAPES:
+        if group * rows >= h and (group == 256 or fits(LU_FACTOR_PANEL, dtype, device, GROUP=group, ROWS=rows)):
+            return LU_FACTOR_PANEL, {"GROUP": group, "ROWS": rows}
+    group = TALL_PANEL_GROUPS[-1] if fits(LU_FACTOR_TALL_PANEL, dtype, device, GROUP=TALL_PANEL_GROUPS[-1]) else TALL_PANEL_GROUPS[0]
+    return LU_FACTOR_TALL_PANEL, {"GROUP": group}
+
+
 def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
     """Right-looking blocked sgetrf in place on contiguous (count, m, n) ``lu``: per
     panel of PANEL_WIDTH columns, the panel kernel, its interchanges applied to the
     other columns, U12 = L11^-1 A12, A22 -= L21 U12."""
     count, m, n = lu.shape
     k = min(m, n)
-    group = PANEL_GROUPS[0]
-    # A Metal pipeline may allow fewer than 1024 threads: the smaller panel then.
-    if m > PANEL_GROUPS[0] and fits(LU_FACTOR_PANEL, lu.dtype, lu.device, GROUP=PANEL_GROUPS[1]):
-        group = PANEL_GROUPS[1]
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
-        launch(LU_FACTOR_PANEL, count, lu, pivots, info, m, n, j0, w, int(pivot), GROUP=group)
+        kernel, values = _panel(m - j0, lu.dtype, lu.device)
+        launch(kernel, count, lu, pivots, info, m, n, j0, w, int(pivot), **values)
         if pivot and n > w:
             _swap_rows(lu, pivots, j0, w)
         e = j0 + w
