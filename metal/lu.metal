@@ -426,22 +426,24 @@ METAL_FUNC void lu_factor_tall_panel(device T* a, device int* pivots, device int
 // The widest panel of the blocked sgetrf: a SIMD group's lanes.
 #define PANEL_WIDTH 32
 
-// sgetrf2's panel in registers: columns [j0, j0 + w), w <= PANEL_WIDTH, of each
-// m x n matrix, rows j0..m-1, one threadgroup of GROUP threads per matrix, thread
-// t holding rows j0 + t + GROUP r (r < ROWS), so m - j0 <= GROUP * ROWS. The panel
-// goes SB columns at a time, 32 bytes of each row (8 float, 4 complex64 or double,
-// 2 complex128). Each such sub-panel is read once, factored in registers by
-// sgetf2 and written once, its rows at their final positions: rows never move
-// between threads, each tracks its position, as in lu_factor_small. A step's
-// pivot is each SIMD group's best row (two reductions), offered with its row
-// through threadgroup memory (double buffered, so one barrier a step), then the
-// best offer (two more). Then, as sgetrf2 after its left half, in device memory:
-// the sub-panel's interchanges reach the panel's other columns (only the moved
-// rows, at most 2 SB, through threadgroup memory), and the columns right of it
-// take U12 = L11^-1 A12 and A22 -= L21 U12, each row by the thread that holds
-// its multipliers. Interchanges outside the panel are left to lu_swap_rows;
-// pivots and info as lu_factor_tall_panel's.
-//   a: count x m x n; pivots: count x min(m, n); info: count.
+// sgetrf2's panel in registers: columns [j0, j0 + w), w <= PANEL_WIDTH, rows
+// j0..m-1, of each m x n matrix stored by columns (element (i, c) at c m + i, so
+// that consecutive threads' rows are consecutive addresses), one threadgroup of
+// GROUP threads per matrix, thread t holding rows j0 + t + GROUP r (r < ROWS), so
+// m - j0 <= GROUP * ROWS. The panel goes SB columns at a time, 32 bytes of each
+// row (8 float, 4 complex64 or double, 2 complex128). Each such sub-panel is read
+// once, factored in registers by sgetf2 (its steps unrolled, so that every index
+// is static) and written once, its rows at their final positions: rows never move
+// between threads, each tracks its position, as in lu_factor_small. A step's pivot
+// is each SIMD group's best row (two reductions), offered with its row through
+// threadgroup memory (double buffered, so one barrier a step), then the best
+// offer (two more). Then, as sgetrf2 after its left half, in device memory: the
+// sub-panel's interchanges reach the panel's other columns (only the moved rows,
+// at most 2 SB, through threadgroup memory), and the columns right of it take
+// U12 = L11^-1 A12 and A22 -= L21 U12, each row by the thread that holds its
+// multipliers. Interchanges outside the panel are left to lu_swap_rows; pivots
+// and info as lu_factor_tall_panel's.
+//   a: count x n x m (each matrix by columns); pivots: count x min(m, n); info: count.
 template <typename T, int GROUP, int ROWS>
 METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
                                 int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
@@ -450,6 +452,8 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
                                 thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int SB = 32 / int(sizeof(T));
+  // Columns of A22 loaded together: 16 bytes of each row.
+  const int CW = SB / 2 > 0 ? SB / 2 : 1;
   const int SIMDS = GROUP / 32;
   const int t = int(pos.thread_index);
   const int lane = int(pos.simd_lane);
@@ -473,82 +477,86 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
       for (int kk = 0; kk < SB; ++kk) {
         row[r][kk] = zero;
         if (position[r] >= 0 && kk < sw) {
-          row[r][kk] = A[long(i) * n + c0 + kk];
+          row[r][kk] = A[long(c0 + kk) * m + i];
         }
       }
     }
-    for (int jj = 0; jj < sw; ++jj) {
-      const int j = c0 + jj;
-      T x[ROWS];
-      pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
-      #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        x[r] = element_of<T, SB, SB>(row[r], 0, jj);
-        const bool eligible = position[r] >= 0 && (pivoting ? position[r] >= j : position[r] == j);
-        const pivot_key<R> other = candidate(x[r], position[r], eligible);
-        if (better(other, mine)) {
-          mine = other;
-        }
-      }
-      const pivot_key<R> simd = simd_best<R, 32>(mine);
-      const int slot = parity * SIMDS + int(pos.simd_group);
-      if (lane == 0) {
-        offered_values[slot] = simd.value;
-        offered_positions[slot] = simd.position;
-      }
-      #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        if (position[r] >= 0 && position[r] == simd.position) {
-          #pragma unroll
-          for (int kk = 0; kk < SB; ++kk) {
-            offered_rows[slot * SB + kk] = row[r][kk];
+    #pragma unroll
+    for (int jj = 0; jj < SB; ++jj) {
+      if (jj < sw) {
+        const int j = c0 + jj;
+        pivot_key<R> mine = {R(-1), NO_PIVOT_POSITION};
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          const bool eligible = position[r] >= 0 && (pivoting ? position[r] >= j : position[r] == j);
+          const pivot_key<R> other = candidate(row[r][jj], position[r], eligible);
+          if (better(other, mine)) {
+            mine = other;
           }
         }
-      }
-      threadgroup_barrier(mem_flags::mem_threadgroup);
-      // The best offer; its slot rides in the position's low bits.
-      pivot_key<R> offer = {R(-1), NO_PIVOT_POSITION};
-      if (lane < SIMDS) {
-        offer.value = offered_values[parity * SIMDS + lane];
-        const int offered = offered_positions[parity * SIMDS + lane];
-        offer.position = offered == NO_PIVOT_POSITION ? offered : offered * 32 + lane;
-      }
-      const pivot_key<R> best = simd_best<R, 32>(offer);
-      const int p = best.position / 32;
-      const threadgroup T* source = offered_rows + (parity * SIMDS + best.position % 32) * SB;
-      T u[SB];
-      #pragma unroll
-      for (int kk = 0; kk < SB; ++kk) {
-        u[kk] = source[kk];
-      }
-      const T pivot = element_of<T, SB, SB>(u, 0, jj);
-      if (t == 0) {
-        ipiv[j] = p + 1;
-        if (first_zero == 0 && pivot == zero) {
-          first_zero = j + 1;
+        const pivot_key<R> simd = simd_best<R, 32>(mine);
+        const int slot = parity * SIMDS + int(pos.simd_group);
+        if (lane == 0) {
+          offered_values[slot] = simd.value;
+          offered_positions[slot] = simd.position;
         }
-      }
-      const pivot_divisor<T> d = divisor(pivot);
-      #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        if (position[r] == p) {
-          position[r] = j;
-        } else if (position[r] == j) {
-          position[r] = p;
-        }
-        if (position[r] > j) {
-          const T l = multiplier(x[r], d);
-          #pragma unroll
-          for (int kk = 0; kk < SB; ++kk) {
-            if (kk == jj) {
-              row[r][kk] = l;
-            } else if (kk > jj) {
-              row[r][kk] = multiply_subtract(row[r][kk], l, u[kk]);
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          if (position[r] >= 0 && position[r] == simd.position) {
+            #pragma unroll
+            for (int kk = 0; kk < SB; ++kk) {
+              if (kk >= jj) {
+                offered_rows[slot * SB + kk] = row[r][kk];
+              }
             }
           }
         }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        // The best offer; its slot rides in the position's low bits.
+        pivot_key<R> offer = {R(-1), NO_PIVOT_POSITION};
+        if (lane < SIMDS) {
+          offer.value = offered_values[parity * SIMDS + lane];
+          const int offered = offered_positions[parity * SIMDS + lane];
+          offer.position = offered == NO_PIVOT_POSITION ? offered : offered * 32 + lane;
+        }
+        const pivot_key<R> best = simd_best<R, 32>(offer);
+        const int p = best.position / 32;
+        const threadgroup T* source = offered_rows + (parity * SIMDS + best.position % 32) * SB;
+        T u[SB];
+        #pragma unroll
+        for (int kk = 0; kk < SB; ++kk) {
+          u[kk] = zero;
+          if (kk >= jj) {
+            u[kk] = source[kk];
+          }
+        }
+        if (t == 0) {
+          ipiv[j] = p + 1;
+          if (first_zero == 0 && u[jj] == zero) {
+            first_zero = j + 1;
+          }
+        }
+        const pivot_divisor<T> d = divisor(u[jj]);
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          if (position[r] == p) {
+            position[r] = j;
+          } else if (position[r] == j) {
+            position[r] = p;
+          }
+          if (position[r] > j) {
+            const T l = multiplier(row[r][jj], d);
+            row[r][jj] = l;
+            #pragma unroll
+            for (int kk = 0; kk < SB; ++kk) {
+              if (kk > jj) {
+                row[r][kk] = multiply_subtract(row[r][kk], l, u[kk]);
+              }
+            }
+          }
+        }
+        parity ^= 1;
       }
-      parity ^= 1;
     }
     // The sub-panel at its rows' final positions, and L11 for the solve below. A
     // moved row's other panel columns wait in threadgroup memory until every
@@ -562,7 +570,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         #pragma unroll
         for (int kk = 0; kk < SB; ++kk) {
           if (kk < sw) {
-            A[long(position[r]) * n + c0 + kk] = row[r][kk];
+            A[long(c0 + kk) * m + position[r]] = row[r][kk];
           }
           if (position[r] < c1) {
             triangle[(position[r] - c0) * SB + kk] = row[r][kk];
@@ -573,7 +581,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         const int s = position[r] < c1 ? position[r] - c0 : sw + i - c0;
         for (int e = 0; e < others; ++e) {
           const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
-          moved[s * PANEL_WIDTH + e] = A[long(i) * n + column];
+          moved[s * PANEL_WIDTH + e] = A[long(column) * m + i];
         }
       }
     }
@@ -586,7 +594,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         const int s = position[r] < c1 ? position[r] - c0 : sw + i - c0;
         for (int e = 0; e < others; ++e) {
           const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
-          A[long(position[r]) * n + column] = moved[s * PANEL_WIDTH + e];
+          A[long(column) * m + position[r]] = moved[s * PANEL_WIDTH + e];
         }
       }
     }
@@ -594,50 +602,60 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
     // U12 = L11^-1 A12 (strsm), a thread per column right of the sub-panel.
     const int right = last - c1;
     if (t < right) {
+      device T* column = A + long(c1 + t) * m + c0;
       T b[SB];
       #pragma unroll
       for (int q = 0; q < SB; ++q) {
         b[q] = zero;
         if (q < sw) {
-          b[q] = A[long(c0 + q) * n + c1 + t];
-          #pragma unroll
-          for (int s = 0; s < q; ++s) {
-            b[q] = multiply_subtract(b[q], triangle[q * SB + s], b[s]);
-          }
-          A[long(c0 + q) * n + c1 + t] = b[q];
+          b[q] = column[q];
+        }
+      }
+      #pragma unroll
+      for (int q = 0; q < SB; ++q) {
+        #pragma unroll
+        for (int s = 0; s < q; ++s) {
+          b[q] = multiply_subtract(b[q], triangle[q * SB + s], b[s]);
+        }
+        if (q < sw) {
+          column[q] = b[q];
         }
         block_row[q * PANEL_WIDTH + t] = b[q];
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // A22 -= L21 U12 (sgemm), each row by its thread, SB columns at a time.
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      if (position[r] >= c1) {
-        device T* target = A + long(position[r]) * n + c1;
-        for (int e0 = 0; e0 < right; e0 += SB) {
-          T v[SB];
+    // A22 -= L21 U12 (sgemm), each row by its thread, CW columns loaded together.
+    for (int e0 = 0; e0 < right; e0 += CW) {
+      T v[ROWS][CW];
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        #pragma unroll
+        for (int e = 0; e < CW; ++e) {
+          v[r][e] = zero;
+          if (position[r] >= c1 && e0 + e < right) {
+            v[r][e] = A[long(c1 + e0 + e) * m + position[r]];
+          }
+        }
+      }
+      #pragma unroll
+      for (int e = 0; e < CW; ++e) {
+        #pragma unroll
+        for (int kk = 0; kk < SB; ++kk) {
+          const T u = block_row[kk * PANEL_WIDTH + e0 + e];
           #pragma unroll
-          for (int e = 0; e < SB; ++e) {
-            v[e] = zero;
-            if (e0 + e < right) {
-              v[e] = target[e0 + e];
+          for (int r = 0; r < ROWS; ++r) {
+            if (kk < sw) {
+              v[r][e] = multiply_subtract(v[r][e], row[r][kk], u);
             }
           }
-          #pragma unroll
-          for (int kk = 0; kk < SB; ++kk) {
-            #pragma unroll
-            for (int e = 0; e < SB; ++e) {
-              if (kk < sw) {
-                v[e] = multiply_subtract(v[e], row[r][kk], block_row[kk * PANEL_WIDTH + e0 + e]);
-              }
-            }
-          }
-          #pragma unroll
-          for (int e = 0; e < SB; ++e) {
-            if (e0 + e < right) {
-              target[e0 + e] = v[e];
-            }
+        }
+      }
+      #pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        #pragma unroll
+        for (int e = 0; e < CW; ++e) {
+          if (position[r] >= c1 && e0 + e < right) {
+            A[long(c1 + e0 + e) * m + position[r]] = v[r][e];
           }
         }
       }
@@ -650,29 +668,34 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
 }
 
 // slaswp: the interchanges pivots[j0 .. j0 + w) applied, in order, to the columns
-// outside the panel's of each m x n real matrix (a complex matrix is passed as a
-// real one of twice the width, parts = 2, since interchanges only move data); a
-// thread per column, GROUP columns per threadgroup, a matrix's threadgroups
-// consecutive.
-//   a: count x m x n; pivots: count x k (1-based).
+// outside the panel's of each m x n matrix, a thread per column, GROUP columns per
+// threadgroup, a matrix's threadgroups consecutive. Element (i, c) of a matrix
+// is at i row_stride + c column_stride, its parts (2 for complex, since
+// interchanges only move data and a complex matrix comes as a real one) at
+// consecutive addresses.
+//   a: count x m x n x parts; pivots: count x k (1-based).
 template <typename T, int GROUP>
 METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n, int k, int j0, int w, int parts,
-                             int groups_per_matrix, thread_position pos) {
+                             int row_stride, int column_stride, int groups_per_matrix, thread_position pos) {
   const long matrix = pos.group_index / groups_per_matrix;
   int column = int(pos.group_index % groups_per_matrix) * GROUP + int(pos.thread_index);
-  // The grid covers the n - parts * w columns outside the panel.
-  column = column < parts * j0 ? column : column + parts * w;
+  // The grid covers the n - w columns outside the panel.
+  column = column < j0 ? column : column + w;
   if (column >= n) {
     return;
   }
-  device T* A = a + matrix * m * n;
+  device T* line = a + matrix * m * n * parts + long(column) * column_stride;
   const device int* ipiv = pivots + matrix * k;
   for (int j = j0; j < j0 + w; ++j) {
     const int p = ipiv[j] - 1;
     if (p != j) {
-      const T swapped = A[long(j) * n + column];
-      A[long(j) * n + column] = A[long(p) * n + column];
-      A[long(p) * n + column] = swapped;
+      for (int part = 0; part < parts; ++part) {
+        const long here = long(j) * row_stride + part;
+        const long there = long(p) * row_stride + part;
+        const T swapped = line[here];
+        line[here] = line[there];
+        line[there] = swapped;
+      }
     }
   }
 }

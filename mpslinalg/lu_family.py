@@ -7,13 +7,13 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   64, several teams per threadgroup), each thread a row in registers, pivots
   found by SIMD-group shuffles (and, for N = 64, one barrier a step).
 - Larger matrices: blocked right-looking sgetrf. ``lu_factor_panel`` factors a
-  panel of PANEL_WIDTH columns and up to 4096 rows (sgetrf2: sub-panels of 32
-  bytes a row factored in registers, the rest of the panel updated from them);
-  taller panels take ``lu_factor_tall_panel`` (a SIMD lane per column, every step
-  in device memory). ``lu_swap_rows`` applies their
-  interchanges to the other columns (slaswp), the U block row is a triangular
-  solve (the triangular family's kernels), and the trailing update is one
-  ``torch.baddbmm``.
+  panel of PANEL_WIDTH columns and up to 4096 rows of a column-major copy
+  (sgetrf2: sub-panels of 32 bytes a row factored in registers, the rest of the
+  panel updated from them); taller matrices take ``lu_factor_tall_panel`` in
+  place (a SIMD lane per column, every step in device memory). ``lu_swap_rows``
+  applies a panel's interchanges to the other columns (slaswp), the U block row
+  is a triangular solve (the triangular family's kernels), and the trailing
+  update is one ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
 
 Solves are P, then the two triangular solves of the triangular family on the
@@ -101,13 +101,13 @@ LU_SWAP_ROWS = Kernel(
     source="lu.metal",
     args=(
         Buffer("a"), Buffer("pivots", "int", const=True),
-        Scalar("m"), Scalar("n"), Scalar("k"), Scalar("j0"), Scalar("w"), Scalar("parts"), Scalar("groups_per_matrix"),
+        Scalar("m"), Scalar("n"), Scalar("k"), Scalar("j0"), Scalar("w"), Scalar("parts"),
+        Scalar("row_stride"), Scalar("column_stride"), Scalar("groups_per_matrix"),
     ),
     instances=({"GROUP": SWAP_GROUP},),
     group_size=SWAP_GROUP,
     template=lambda GROUP: (GROUP,),
-    # Interchanges only move data: a complex matrix is swapped as a real one of
-    # twice the width.
+    # Interchanges only move data: a complex matrix is swapped as a real one.
     dtypes=(torch.float32, torch.float64),
 )
 
@@ -166,48 +166,64 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[to
     return lu.reshape(a.shape), pivots.reshape(*batch, k), info
 
 
-def _panel(h: int, dtype: torch.dtype, device: torch.device) -> tuple[Kernel, dict]:
-    """The panel kernel and its values for a panel of h rows: the first register
-    shape that holds them (a Metal pipeline may allow fewer than 1024 threads), else
-    the tall panel."""
+def _register_panel(h: int, dtype: torch.dtype, device: torch.device) -> dict | None:
+    """The values of the lu_factor_panel instance for a panel of h rows: the first
+    shape that holds them (a Metal pipeline may allow fewer than 1024 threads), or
+    None if none does."""
     for group, rows in PANEL_SHAPES:
         if group * rows >= h and (group == 256 or fits(LU_FACTOR_PANEL, dtype, device, GROUP=group, ROWS=rows)):
-            return LU_FACTOR_PANEL, {"GROUP": group, "ROWS": rows}
-    group = TALL_PANEL_GROUPS[-1] if fits(LU_FACTOR_TALL_PANEL, dtype, device, GROUP=TALL_PANEL_GROUPS[-1]) else TALL_PANEL_GROUPS[0]
-    return LU_FACTOR_TALL_PANEL, {"GROUP": group}
+            return {"GROUP": group, "ROWS": rows}
+    return None
 
 
 def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
     """Right-looking blocked sgetrf in place on contiguous (count, m, n) ``lu``: per
     panel of PANEL_WIDTH columns, the panel kernel, its interchanges applied to the
-    other columns, U12 = L11^-1 A12, A22 -= L21 U12."""
+    other columns, U12 = L11^-1 A12, A22 -= L21 U12.
+
+    The register panel reads the panel's columns, so where it holds the first
+    (tallest) panel the work is done on a column-major copy; taller matrices take
+    the tall panel on ``lu`` itself."""
     count, m, n = lu.shape
     k = min(m, n)
+    by_columns = _register_panel(m, lu.dtype, lu.device) is not None
+    work = lu.mT.contiguous().mT if by_columns else lu  # (count, m, n), either layout
+    storage = work.mT if by_columns else work  # what the kernels index: contiguous
+    tall = {"GROUP": TALL_PANEL_GROUPS[0]}
+    if not by_columns and fits(LU_FACTOR_TALL_PANEL, lu.dtype, lu.device, GROUP=TALL_PANEL_GROUPS[1]):
+        tall = {"GROUP": TALL_PANEL_GROUPS[1]}
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
-        kernel, values = _panel(m - j0, lu.dtype, lu.device)
-        launch(kernel, count, lu, pivots, info, m, n, j0, w, int(pivot), **values)
+        if by_columns:
+            values = _register_panel(m - j0, lu.dtype, lu.device)
+            launch(LU_FACTOR_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **values)
+        else:
+            launch(LU_FACTOR_TALL_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **tall)
         if pivot and n > w:
-            _swap_rows(lu, pivots, j0, w)
+            _swap_rows(storage, pivots, m, n, j0, w, by_columns)
         e = j0 + w
         if e < n:
-            L11 = lu[:, j0:e, j0:e].contiguous()
-            U12 = triangular._solve_left(L11, lu[:, j0:e, e:].contiguous(), upper=False, unit=True)
-            lu[:, j0:e, e:] = U12
+            L11 = work[:, j0:e, j0:e].contiguous()
+            U12 = triangular._solve_left(L11, work[:, j0:e, e:].contiguous(), upper=False, unit=True)
+            work[:, j0:e, e:] = U12
             if e < m:
-                lu[:, e:, e:].baddbmm_(lu[:, e:, j0:e], U12, alpha=-1)
+                work[:, e:, e:].baddbmm_(work[:, e:, j0:e], U12, alpha=-1)
+    if by_columns:
+        lu.copy_(work)
 
 
-def _swap_rows(lu: torch.Tensor, pivots: torch.Tensor, j0: int, w: int) -> None:
-    """slaswp: the interchanges pivots[:, j0:j0 + w] applied to the columns of ``lu``
-    outside [j0, j0 + w)."""
-    count, m, n = lu.shape
-    parts = 2 if lu.is_complex() else 1
-    real = torch.view_as_real(lu).view(count, m, parts * n) if parts == 2 else lu
-    groups = groups_for(parts * (n - w), SWAP_GROUP)
+def _swap_rows(storage: torch.Tensor, pivots: torch.Tensor, m: int, n: int, j0: int, w: int, by_columns: bool) -> None:
+    """slaswp: the interchanges pivots[:, j0:j0 + w] applied to the columns outside
+    [j0, j0 + w) of the m x n matrices in contiguous ``storage`` (count, m, n), or
+    (count, n, m) if stored ``by_columns``."""
+    count = storage.shape[0]
+    parts = 2 if storage.is_complex() else 1
+    real = torch.view_as_real(storage) if parts == 2 else storage
+    row_stride, column_stride = (parts, parts * m) if by_columns else (parts * n, parts)
+    groups = groups_for(n - w, SWAP_GROUP)
     launch(
         LU_SWAP_ROWS, count * groups,
-        real, pivots, m, parts * n, pivots.shape[-1], j0, w, parts, groups, GROUP=SWAP_GROUP,
+        real, pivots, m, n, pivots.shape[-1], j0, w, parts, row_stride, column_stride, groups, GROUP=SWAP_GROUP,
     )
 
 

@@ -383,6 +383,29 @@ def test_kernel_choice(device, monkeypatch):
     assert launched.count("lu_factor_panel") == 4  # panels of 32 columns
 
 
+@pytest.mark.parametrize("panel", [*family.PANEL_SHAPES, None], ids=lambda p: "tall" if p is None else "x".join(map(str, p)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.complex128], ids=str)
+def test_blocked_lu_on_each_panel(device, panel, dtype, monkeypatch):
+    # Every register panel shape (sub-panels of 8, 4 and 2 columns by dtype) and the
+    # tall panel, on several panels, a last one narrower than a sub-panel, wide and
+    # tall matrices, a zero column (info) and a NaN.
+    supported(device, dtype)
+    values = None if panel is None else {"GROUP": panel[0], "ROWS": panel[1]}
+    monkeypatch.setattr(family, "_register_panel", lambda h, dtype, device: values)
+    for m, n in [(70, 70), (200, 77), (77, 200), (130, 97)]:
+        A = gaussian((2, m, n), dtype)
+        LU, pivots, info = LA.lu_factor_ex(A.to(device))
+        assert lu_ratio(A, LU, pivots) < THRESHOLD and not info.any()
+        torch.testing.assert_close(pivots.cpu(), torch.linalg.lu_factor_ex(A).pivots, rtol=0, atol=0)
+    A = gaussian((2, 90, 90), dtype)
+    A[0, :, 40] = 0
+    A[1, 50, 60] = math.nan
+    LU, pivots, info = LA.lu_factor_ex(A.to(device))
+    assert info.tolist() == [41, 0]
+    assert lu_ratio(A[:1], LU[:1], pivots[:1]) < THRESHOLD
+    assert LU[1].isnan().any() and not LU[1, :50, :60].isnan().any()
+
+
 # --- gradients ---
 
 

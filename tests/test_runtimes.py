@@ -76,7 +76,7 @@ def test_metal_threadgroup_larger_than_the_pipeline_allows():
         max_threads = 512
 
     runtime = MetalRuntime(compile_shader=Small)
-    instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024)
+    instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024, ROWS=1)
     assert runtime.max_group_size(instance, torch.device("mps")) == 512
     a, pivots, info = torch.zeros(1, 300, 300), torch.zeros(1, 300, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
     with pytest.raises(RuntimeError, match="needs 1024 threads per threadgroup; this GPU's pipeline for it allows 512"):
@@ -90,7 +90,7 @@ def test_blocked_lu_takes_the_smaller_panel_where_the_larger_does_not_fit(monkey
 
     def recording(kernel, *args, **values):
         if kernel is LU_FACTOR_PANEL:
-            panels.append(values["GROUP"])
+            panels.append((values["GROUP"], values["ROWS"]))
         return real(kernel, *args, **values)
 
     monkeypatch.setattr(lu_family, "fits", lambda *args, **values: False)
@@ -98,7 +98,7 @@ def test_blocked_lu_takes_the_smaller_panel_where_the_larger_does_not_fit(monkey
     A = torch.randn(2, 300, 300, dtype=torch.float64)
     with LA.use_backend("opencl"):
         LU, pivots, info = LA.lu_factor_ex(A)
-    assert panels and set(panels) == {lu_family.PANEL_GROUPS[0]}
+    assert panels == [(256, 2)] * 2 + [(256, 1)] * 8  # panels of 300 rows, then 268, then at most 256
     torch.testing.assert_close(LU, torch.linalg.lu_factor_ex(A).LU)
 
 
@@ -344,5 +344,5 @@ def test_opencl_threadgroup_limit_before_any_launch():
     from mpslinalg.runtimes.opencl import OpenCLRuntime
 
     fresh = OpenCLRuntime()
-    instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024)
+    instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024, ROWS=1)
     assert fresh.max_group_size(instance, torch.device("cpu")) >= 1024
