@@ -438,8 +438,9 @@ METAL_FUNC void lu_factor_tall_panel(device T* a, device int* pivots, device int
 // is each SIMD group's best row (two reductions), offered with its row through
 // threadgroup memory (double buffered, so one barrier a step), then the best
 // offer (two more). Then, as sgetrf2 after its left half, in device memory: the
-// sub-panel's interchanges reach the panel's other columns (only the moved rows,
-// at most 2 SB, through threadgroup memory), and the columns right of it take
+// sub-panel's interchanges reach the panel's other columns (the moved rows, at
+// most 2 SB, listed in threadgroup memory; an element a thread), and the columns
+// right of it take
 // U12 = L11^-1 A12 and A22 -= L21 U12, each row by the thread that holds its
 // multipliers. Interchanges outside the panel are left to lu_swap_rows; pivots
 // and info as lu_factor_tall_panel's.
@@ -448,10 +449,12 @@ template <typename T, int GROUP, int ROWS>
 METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
                                 int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
                                 threadgroup int* offered_positions, threadgroup T* offered_rows,
-                                threadgroup T* triangle, threadgroup T* block_row, threadgroup T* moved,
-                                thread_position pos) {
+                                threadgroup T* triangle, threadgroup T* block_row, threadgroup int* moved_from,
+                                threadgroup int* moved_to, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int SB = 32 / int(sizeof(T));
+  // (moved row, other column) pairs a thread carries: 2 SB rows by PANEL_WIDTH columns.
+  const int MOVES = (2 * SB * PANEL_WIDTH + GROUP - 1) / GROUP;
   // Columns of A22 loaded together: 16 bytes of each row.
   const int CW = SB / 2 > 0 ? SB / 2 : 1;
   const int SIMDS = GROUP / 32;
@@ -466,6 +469,9 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
   int parity = 0;
   T row[ROWS][SB];
   int position[ROWS];  // -1: no row of this sub-panel
+  if (t < 2 * SB) {
+    moved_from[t] = -1;
+  }
   for (int c0 = j0; c0 < last; c0 += SB) {
     const int sw = min(SB, last - c0);
     const int c1 = c0 + sw;
@@ -558,11 +564,9 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         parity ^= 1;
       }
     }
-    // The sub-panel at its rows' final positions, and L11 for the solve below. A
-    // moved row's other panel columns wait in threadgroup memory until every
-    // thread has read its own: slots by final position in [c0, c1), else (a row
-    // that left [c0, c1)) by first position.
-    const int others = w - sw;
+    // The sub-panel at its rows' final positions, and L11 for the solve below.
+    // The moved rows (at most 2 SB) are listed by slot: by final position in
+    // [c0, c1), else (a row that left [c0, c1)) by first position.
     #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const int i = j0 + t + GROUP * r;
@@ -579,26 +583,41 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
       }
       if (position[r] >= 0 && position[r] != i) {
         const int s = position[r] < c1 ? position[r] - c0 : sw + i - c0;
-        for (int e = 0; e < others; ++e) {
-          const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
-          moved[s * PANEL_WIDTH + e] = A[long(column) * m + i];
-        }
+        moved_from[s] = i;
+        moved_to[s] = position[r];
       }
     }
     threadgroup_barrier(mem_flags::mem_device);
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The moved rows' other panel columns, an element a thread: every one is read
+    // before any is written.
+    const int others = w - sw;
+    T carried[MOVES];
     #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const int i = j0 + t + GROUP * r;
-      if (position[r] >= 0 && position[r] != i) {
-        const int s = position[r] < c1 ? position[r] - c0 : sw + i - c0;
-        for (int e = 0; e < others; ++e) {
-          const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
-          A[long(column) * m + position[r]] = moved[s * PANEL_WIDTH + e];
-        }
+    for (int q = 0; q < MOVES; ++q) {
+      const int pair = t + GROUP * q;
+      const int s = pair / PANEL_WIDTH;
+      const int e = pair % PANEL_WIDTH;
+      const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
+      if (s < 2 * SB && e < others && moved_from[s] >= 0) {
+        carried[q] = A[long(column) * m + moved_from[s]];
       }
     }
     threadgroup_barrier(mem_flags::mem_device);
+    #pragma unroll
+    for (int q = 0; q < MOVES; ++q) {
+      const int pair = t + GROUP * q;
+      const int s = pair / PANEL_WIDTH;
+      const int e = pair % PANEL_WIDTH;
+      const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
+      if (s < 2 * SB && e < others && moved_from[s] >= 0) {
+        A[long(column) * m + moved_to[s]] = carried[q];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    if (t < 2 * SB) {
+      moved_from[t] = -1;  // for the next sub-panel; read again after its barriers
+    }
     // U12 = L11^-1 A12 (strsm), a thread per column right of the sub-panel.
     const int right = last - c1;
     if (t < right) {
@@ -668,14 +687,14 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
 }
 
 // slaswp: the interchanges pivots[j0 .. j0 + w) applied, in order, to the columns
-// outside the panel's of each m x n matrix, a thread per column, GROUP columns per
-// threadgroup, a matrix's threadgroups consecutive. Element (i, c) of a matrix
-// is at i row_stride + c column_stride, its parts (2 for complex, since
-// interchanges only move data and a complex matrix comes as a real one) at
-// consecutive addresses.
-//   a: count x m x n x parts; pivots: count x k (1-based).
+// outside the panel's of each m x n matrix (element (i, c) at i row_stride +
+// c column_stride), a thread per column, GROUP columns per threadgroup, a
+// matrix's threadgroups consecutive. The panel's w rows, where every interchange
+// starts, stay in registers meanwhile, so that each row below is read and written
+// once per interchange and no read waits for another's write.
+//   a: count x m x n; pivots: count x k (1-based).
 template <typename T, int GROUP>
-METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n, int k, int j0, int w, int parts,
+METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n, int k, int j0, int w,
                              int row_stride, int column_stride, int groups_per_matrix, thread_position pos) {
   const long matrix = pos.group_index / groups_per_matrix;
   int column = int(pos.group_index % groups_per_matrix) * GROUP + int(pos.thread_index);
@@ -684,18 +703,37 @@ METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n
   if (column >= n) {
     return;
   }
-  device T* line = a + matrix * m * n * parts + long(column) * column_stride;
+  device T* line = a + matrix * m * n + long(column) * column_stride;
   const device int* ipiv = pivots + matrix * k;
-  for (int j = j0; j < j0 + w; ++j) {
-    const int p = ipiv[j] - 1;
-    if (p != j) {
-      for (int part = 0; part < parts; ++part) {
-        const long here = long(j) * row_stride + part;
-        const long there = long(p) * row_stride + part;
-        const T swapped = line[here];
-        line[here] = line[there];
-        line[there] = swapped;
+  T top[PANEL_WIDTH];
+  #pragma unroll
+  for (int e = 0; e < PANEL_WIDTH; ++e) {
+    if (e < w) {
+      top[e] = line[long(j0 + e) * row_stride];
+    }
+  }
+  #pragma unroll
+  for (int e = 0; e < PANEL_WIDTH; ++e) {
+    const int p = e < w ? ipiv[j0 + e] - 1 - j0 : e;  // relative to j0; p >= e
+    if (e < w && p >= w) {
+      const T below = line[long(j0 + p) * row_stride];
+      line[long(j0 + p) * row_stride] = top[e];
+      top[e] = below;
+    } else if (p != e) {
+      #pragma unroll
+      for (int f = e + 1; f < PANEL_WIDTH; ++f) {
+        if (f == p) {
+          const T swapped = top[e];
+          top[e] = top[f];
+          top[f] = swapped;
+        }
       }
+    }
+  }
+  #pragma unroll
+  for (int e = 0; e < PANEL_WIDTH; ++e) {
+    if (e < w) {
+      line[long(j0 + e) * row_stride] = top[e];
     }
   }
 }

@@ -78,7 +78,8 @@ LU_FACTOR_PANEL = Kernel(
         Shared("offered_rows", "T", 2 * GROUP // 32 * 8),
         Shared("triangle", "T", 8 * 8),
         Shared("block_row", "T", 8 * PANEL_WIDTH),
-        Shared("moved", "T", 16 * PANEL_WIDTH),
+        Shared("moved_from", "int", 16),
+        Shared("moved_to", "int", 16),
     ],
 )
 
@@ -101,14 +102,12 @@ LU_SWAP_ROWS = Kernel(
     source="lu.metal",
     args=(
         Buffer("a"), Buffer("pivots", "int", const=True),
-        Scalar("m"), Scalar("n"), Scalar("k"), Scalar("j0"), Scalar("w"), Scalar("parts"),
+        Scalar("m"), Scalar("n"), Scalar("k"), Scalar("j0"), Scalar("w"),
         Scalar("row_stride"), Scalar("column_stride"), Scalar("groups_per_matrix"),
     ),
     instances=({"GROUP": SWAP_GROUP},),
     group_size=SWAP_GROUP,
     template=lambda GROUP: (GROUP,),
-    # Interchanges only move data: a complex matrix is swapped as a real one.
-    dtypes=(torch.float32, torch.float64),
 )
 
 PERMUTATION_GROUP = 64
@@ -216,14 +215,11 @@ def _swap_rows(storage: torch.Tensor, pivots: torch.Tensor, m: int, n: int, j0: 
     """slaswp: the interchanges pivots[:, j0:j0 + w] applied to the columns outside
     [j0, j0 + w) of the m x n matrices in contiguous ``storage`` (count, m, n), or
     (count, n, m) if stored ``by_columns``."""
-    count = storage.shape[0]
-    parts = 2 if storage.is_complex() else 1
-    real = torch.view_as_real(storage) if parts == 2 else storage
-    row_stride, column_stride = (parts, parts * m) if by_columns else (parts * n, parts)
+    row_stride, column_stride = (1, m) if by_columns else (n, 1)
     groups = groups_for(n - w, SWAP_GROUP)
     launch(
-        LU_SWAP_ROWS, count * groups,
-        real, pivots, m, n, pivots.shape[-1], j0, w, parts, row_stride, column_stride, groups, GROUP=SWAP_GROUP,
+        LU_SWAP_ROWS, storage.shape[0] * groups,
+        storage, pivots, m, n, pivots.shape[-1], j0, w, row_stride, column_stride, groups, GROUP=SWAP_GROUP,
     )
 
 
