@@ -686,24 +686,35 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
   }
 }
 
-// slaswp: the interchanges pivots[j0 .. j0 + w) applied, in order, to the columns
-// outside the panel's of each m x n matrix (element (i, c) at i row_stride +
-// c column_stride), a thread per column, GROUP columns per threadgroup, a
-// matrix's threadgroups consecutive. The panel's w rows, where every interchange
-// starts, stay in registers meanwhile, so that each row below is read and written
-// once per interchange and no read waits for another's write.
+// sgetrf's block row after a panel: the panel's interchanges pivots[j0 .. j0 + w)
+// applied, in order, to the columns outside the panel (slaswp), and for the
+// columns right of it U12 = L11^-1 A12 (strsm, L11 the panel's unit lower
+// triangle, read once into threadgroup memory), a thread per column, GROUP
+// columns per threadgroup, a matrix's threadgroups consecutive. Element (i, c)
+// is at i row_stride + c column_stride. The panel's w rows stay in registers
+// throughout, so that each row below them is read and written once per
+// interchange and no read waits for another's write.
 //   a: count x m x n; pivots: count x k (1-based).
 template <typename T, int GROUP>
-METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n, int k, int j0, int w,
-                             int row_stride, int column_stride, int groups_per_matrix, thread_position pos) {
+METAL_FUNC void lu_block_row(device T* a, const device int* pivots, int m, int n, int k, int j0, int w, int row_stride,
+                             int column_stride, int groups_per_matrix, threadgroup T* triangle, thread_position pos) {
   const long matrix = pos.group_index / groups_per_matrix;
+  device T* A = a + matrix * m * n;
+  for (int e = int(pos.thread_index); e < PANEL_WIDTH * PANEL_WIDTH; e += GROUP) {
+    const int i = e / PANEL_WIDTH;
+    const int c = e % PANEL_WIDTH;
+    if (c < i && i < w) {
+      triangle[e] = A[long(j0 + i) * row_stride + long(j0 + c) * column_stride];
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
   int column = int(pos.group_index % groups_per_matrix) * GROUP + int(pos.thread_index);
   // The grid covers the n - w columns outside the panel.
   column = column < j0 ? column : column + w;
   if (column >= n) {
     return;
   }
-  device T* line = a + matrix * m * n + long(column) * column_stride;
+  device T* line = A + long(column) * column_stride;
   const device int* ipiv = pivots + matrix * k;
   T top[PANEL_WIDTH];
   #pragma unroll
@@ -715,6 +726,7 @@ METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n
   #pragma unroll
   for (int e = 0; e < PANEL_WIDTH; ++e) {
     const int p = e < w ? ipiv[j0 + e] - 1 - j0 : e;  // relative to j0; p >= e
+    // (No break for e >= w: Intel's OpenCL compiler miscompiles one here.)
     if (e < w && p >= w) {
       const T below = line[long(j0 + p) * row_stride];
       line[long(j0 + p) * row_stride] = top[e];
@@ -726,6 +738,17 @@ METAL_FUNC void lu_swap_rows(device T* a, const device int* pivots, int m, int n
           const T swapped = top[e];
           top[e] = top[f];
           top[f] = swapped;
+        }
+      }
+    }
+  }
+  if (column > j0) {
+    #pragma unroll
+    for (int e = 1; e < PANEL_WIDTH; ++e) {
+      #pragma unroll
+      for (int f = 0; f < e; ++f) {
+        if (e < w) {
+          top[e] = multiply_subtract(top[e], triangle[e * PANEL_WIDTH + f], top[f]);
         }
       }
     }

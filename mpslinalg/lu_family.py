@@ -10,10 +10,10 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   panel of PANEL_WIDTH columns and up to 4096 rows of a column-major copy
   (sgetrf2: sub-panels of 32 bytes a row factored in registers, the rest of the
   panel updated from them); taller matrices take ``lu_factor_tall_panel`` in
-  place (a SIMD lane per column, every step in device memory). ``lu_swap_rows``
-  applies a panel's interchanges to the other columns (slaswp), the U block row
-  is a triangular solve (the triangular family's kernels), and the trailing
-  update is one ``torch.baddbmm``.
+  place (a SIMD lane per column, every step in device memory). ``lu_block_row``
+  applies a panel's interchanges to the other columns (slaswp) and solves for
+  the U block row (strsm), a thread per column; the trailing update is one
+  ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
 
 Solves are P, then the two triangular solves of the triangular family on the
@@ -95,19 +95,20 @@ LU_FACTOR_TALL_PANEL = Kernel(
     shared=lambda GROUP: [Shared("values", "R", GROUP // 32), Shared("positions", "int", GROUP // 32)],
 )
 
-SWAP_GROUP = 256
+BLOCK_ROW_GROUP = 256
 
-LU_SWAP_ROWS = Kernel(
-    function="lu_swap_rows",
+LU_BLOCK_ROW = Kernel(
+    function="lu_block_row",
     source="lu.metal",
     args=(
         Buffer("a"), Buffer("pivots", "int", const=True),
         Scalar("m"), Scalar("n"), Scalar("k"), Scalar("j0"), Scalar("w"),
         Scalar("row_stride"), Scalar("column_stride"), Scalar("groups_per_matrix"),
     ),
-    instances=({"GROUP": SWAP_GROUP},),
-    group_size=SWAP_GROUP,
+    instances=({"GROUP": BLOCK_ROW_GROUP},),
+    group_size=BLOCK_ROW_GROUP,
     template=lambda GROUP: (GROUP,),
+    shared=lambda GROUP: [Shared("triangle", "T", PANEL_WIDTH * PANEL_WIDTH)],
 )
 
 PERMUTATION_GROUP = 64
@@ -177,8 +178,9 @@ def _register_panel(h: int, dtype: torch.dtype, device: torch.device) -> dict | 
 
 def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
     """Right-looking blocked sgetrf in place on contiguous (count, m, n) ``lu``: per
-    panel of PANEL_WIDTH columns, the panel kernel, its interchanges applied to the
-    other columns, U12 = L11^-1 A12, A22 -= L21 U12.
+    panel of PANEL_WIDTH columns, the panel kernel, then one kernel that applies its
+    interchanges to the other columns and forms U12 = L11^-1 A12, then
+    A22 -= L21 U12 (three launches a panel).
 
     The register panel reads the panel's columns, so where it holds the first
     (tallest) panel the work is done on a column-major copy; taller matrices take
@@ -198,28 +200,24 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
             launch(LU_FACTOR_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **values)
         else:
             launch(LU_FACTOR_TALL_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **tall)
-        if pivot and n > w:
-            _swap_rows(storage, pivots, m, n, j0, w, by_columns)
+        if n > w:
+            _block_row(storage, pivots, m, n, j0, w, by_columns)
         e = j0 + w
-        if e < n:
-            L11 = work[:, j0:e, j0:e].contiguous()
-            U12 = triangular._solve_left(L11, work[:, j0:e, e:].contiguous(), upper=False, unit=True)
-            work[:, j0:e, e:] = U12
-            if e < m:
-                work[:, e:, e:].baddbmm_(work[:, e:, j0:e], U12, alpha=-1)
+        if e < n and e < m:
+            work[:, e:, e:].baddbmm_(work[:, e:, j0:e], work[:, j0:e, e:], alpha=-1)
     if by_columns:
         lu.copy_(work)
 
 
-def _swap_rows(storage: torch.Tensor, pivots: torch.Tensor, m: int, n: int, j0: int, w: int, by_columns: bool) -> None:
-    """slaswp: the interchanges pivots[:, j0:j0 + w] applied to the columns outside
-    [j0, j0 + w) of the m x n matrices in contiguous ``storage`` (count, m, n), or
-    (count, n, m) if stored ``by_columns``."""
+def _block_row(storage: torch.Tensor, pivots: torch.Tensor, m: int, n: int, j0: int, w: int, by_columns: bool) -> None:
+    """slaswp and strsm after the panel [j0, j0 + w): its interchanges applied to the
+    other columns of the m x n matrices in contiguous ``storage`` (count, m, n), or
+    (count, n, m) if stored ``by_columns``, and U12 = L11^-1 A12 right of it."""
     row_stride, column_stride = (1, m) if by_columns else (n, 1)
-    groups = groups_for(n - w, SWAP_GROUP)
+    groups = groups_for(n - w, BLOCK_ROW_GROUP)
     launch(
-        LU_SWAP_ROWS, storage.shape[0] * groups,
-        storage, pivots, m, n, pivots.shape[-1], j0, w, row_stride, column_stride, groups, GROUP=SWAP_GROUP,
+        LU_BLOCK_ROW, storage.shape[0] * groups,
+        storage, pivots, m, n, pivots.shape[-1], j0, w, row_stride, column_stride, groups, GROUP=BLOCK_ROW_GROUP,
     )
 
 
