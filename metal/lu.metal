@@ -362,7 +362,7 @@ METAL_FUNC void panel_step(device T* column, int n, int first, int m, bool updat
 // group g rows g, g + GROUP / 32, ..., so that every access to a row of the panel
 // is one contiguous run; the pivot search gives each thread rows of its own.
 // Every step reads and writes the whole panel. Interchanges swap the panel's part
-// of the rows only; lu_swap_rows applies them to the other columns (slaswp). info
+// of the rows only; lu_block_row applies them to the other columns (slaswp). info
 // must hold 0 or an earlier panel's first zero pivot.
 //   a: count x m x n; pivots: count x min(m, n); info: count.
 template <typename T, int GROUP>
@@ -427,11 +427,13 @@ METAL_FUNC void lu_factor_tall_panel(device T* a, device int* pivots, device int
 #define PANEL_WIDTH 32
 
 // sgetrf2's panel in registers: columns [j0, j0 + w), w <= PANEL_WIDTH, rows
-// j0..m-1, of each m x n matrix stored by columns (element (i, c) at c m + i, so
-// that consecutive threads' rows are consecutive addresses), one threadgroup of
-// GROUP threads per matrix, thread t holding rows j0 + t + GROUP r (r < ROWS), so
-// m - j0 <= GROUP * ROWS. The panel goes SB columns at a time, 32 bytes of each
-// row (8 float, 4 complex64 or double, 2 complex128). Each such sub-panel is read
+// j0..m-1, of each m x n matrix, one threadgroup of GROUP threads per matrix,
+// thread t holding rows j0 + t + GROUP r (r < ROWS), so m - j0 <= GROUP * ROWS.
+// Element (i, c) is at i row_stride + c column_stride: stored by columns,
+// consecutive threads' rows are consecutive addresses, which a single large
+// matrix needs; stored by rows, the rest of the blocked sgetrf is coalesced,
+// which batches need. The panel goes SB columns at a time, 32 bytes of each row
+// (8 float, 4 complex64 or double, 2 complex128). Each such sub-panel is read
 // once, factored in registers by sgetf2 (its steps unrolled, so that every index
 // is static) and written once, its rows at their final positions: rows never move
 // between threads, each tracks its position, as in lu_factor_small. A step's pivot
@@ -440,14 +442,13 @@ METAL_FUNC void lu_factor_tall_panel(device T* a, device int* pivots, device int
 // offer (two more). Then, as sgetrf2 after its left half, in device memory: the
 // sub-panel's interchanges reach the panel's other columns (the moved rows, at
 // most 2 SB, listed in threadgroup memory; an element a thread), and the columns
-// right of it take
-// U12 = L11^-1 A12 and A22 -= L21 U12, each row by the thread that holds its
-// multipliers. Interchanges outside the panel are left to lu_swap_rows; pivots
-// and info as lu_factor_tall_panel's.
-//   a: count x n x m (each matrix by columns); pivots: count x min(m, n); info: count.
+// right of it take U12 = L11^-1 A12 and A22 -= L21 U12, each row by the thread
+// that holds its multipliers. Interchanges outside the panel are left to
+// lu_block_row; pivots and info as lu_factor_tall_panel's.
+//   a: count x m x n; pivots: count x min(m, n); info: count.
 template <typename T, int GROUP, int ROWS>
 METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
-                                int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
+                                int pivoting, int row_stride, int column_stride, threadgroup typename scalar_traits<T>::real* offered_values,
                                 threadgroup int* offered_positions, threadgroup T* offered_rows,
                                 threadgroup T* triangle, threadgroup T* block_row, threadgroup int* moved_from,
                                 threadgroup int* moved_to, thread_position pos) {
@@ -463,6 +464,8 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
   const int steps = min(m, n);
   device T* A = a + long(pos.group_index) * m * n;
   device int* ipiv = pivots + long(pos.group_index) * steps;
+  const long rs = row_stride;
+  const long cs = column_stride;
   const int last = j0 + w;
   const T zero = scalar_traits<T>::from_real(R(0));
   int first_zero = 0;
@@ -483,7 +486,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
       for (int kk = 0; kk < SB; ++kk) {
         row[r][kk] = zero;
         if (position[r] >= 0 && kk < sw) {
-          row[r][kk] = A[long(c0 + kk) * m + i];
+          row[r][kk] = A[long(i) * rs + long(c0 + kk) * cs];
         }
       }
     }
@@ -574,7 +577,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         #pragma unroll
         for (int kk = 0; kk < SB; ++kk) {
           if (kk < sw) {
-            A[long(c0 + kk) * m + position[r]] = row[r][kk];
+            A[long(position[r]) * rs + long(c0 + kk) * cs] = row[r][kk];
           }
           if (position[r] < c1) {
             triangle[(position[r] - c0) * SB + kk] = row[r][kk];
@@ -600,7 +603,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
       const int e = pair % PANEL_WIDTH;
       const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
       if (s < 2 * SB && e < others && moved_from[s] >= 0) {
-        carried[q] = A[long(column) * m + moved_from[s]];
+        carried[q] = A[long(moved_from[s]) * rs + long(column) * cs];
       }
     }
     threadgroup_barrier(mem_flags::mem_device);
@@ -611,7 +614,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
       const int e = pair % PANEL_WIDTH;
       const int column = e < c0 - j0 ? j0 + e : c1 + e - (c0 - j0);
       if (s < 2 * SB && e < others && moved_from[s] >= 0) {
-        A[long(column) * m + moved_to[s]] = carried[q];
+        A[long(moved_to[s]) * rs + long(column) * cs] = carried[q];
       }
     }
     threadgroup_barrier(mem_flags::mem_device);
@@ -621,13 +624,13 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
     // U12 = L11^-1 A12 (strsm), a thread per column right of the sub-panel.
     const int right = last - c1;
     if (t < right) {
-      device T* column = A + long(c1 + t) * m + c0;
+      device T* column = A + long(c0) * rs + long(c1 + t) * cs;
       T b[SB];
       #pragma unroll
       for (int q = 0; q < SB; ++q) {
         b[q] = zero;
         if (q < sw) {
-          b[q] = column[q];
+          b[q] = column[long(q) * rs];
         }
       }
       #pragma unroll
@@ -637,7 +640,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
           b[q] = multiply_subtract(b[q], triangle[q * SB + s], b[s]);
         }
         if (q < sw) {
-          column[q] = b[q];
+          column[long(q) * rs] = b[q];
         }
         block_row[q * PANEL_WIDTH + t] = b[q];
       }
@@ -652,7 +655,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         for (int e = 0; e < CW; ++e) {
           v[r][e] = zero;
           if (position[r] >= c1 && e0 + e < right) {
-            v[r][e] = A[long(c1 + e0 + e) * m + position[r]];
+            v[r][e] = A[long(position[r]) * rs + long(c1 + e0 + e) * cs];
           }
         }
       }
@@ -674,7 +677,7 @@ METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* inf
         #pragma unroll
         for (int e = 0; e < CW; ++e) {
           if (position[r] >= c1 && e0 + e < right) {
-            A[long(c1 + e0 + e) * m + position[r]] = v[r][e];
+            A[long(position[r]) * rs + long(c1 + e0 + e) * cs] = v[r][e];
           }
         }
       }

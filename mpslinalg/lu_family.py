@@ -7,10 +7,11 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   64, several teams per threadgroup), each thread a row in registers, pivots
   found by SIMD-group shuffles (and, for N = 64, one barrier a step).
 - Larger matrices: blocked right-looking sgetrf. ``lu_factor_panel`` factors a
-  panel of PANEL_WIDTH columns and up to 4096 rows of a column-major copy
-  (sgetrf2: sub-panels of 32 bytes a row factored in registers, the rest of the
-  panel updated from them); taller matrices take ``lu_factor_tall_panel`` in
-  place (a SIMD lane per column, every step in device memory). ``lu_block_row``
+  panel of PANEL_WIDTH columns and up to 4096 rows (sgetrf2: sub-panels of 32
+  bytes a row factored in registers, the rest of the panel updated from them;
+  a few matrices go through a column-major copy, so that it reads columns);
+  taller panels take ``lu_factor_tall_panel`` (a SIMD lane per column, every
+  step in device memory). ``lu_block_row``
   applies a panel's interchanges to the other columns (slaswp) and solves for
   the U block row (strsm), a thread per column; the trailing update is one
   ``torch.baddbmm``.
@@ -66,6 +67,7 @@ LU_FACTOR_PANEL = Kernel(
     args=(
         Buffer("a"), Buffer("pivots", "int"), Buffer("info", "int"),
         Scalar("m"), Scalar("n"), Scalar("j0"), Scalar("w"), Scalar("pivoting"),
+        Scalar("row_stride"), Scalar("column_stride"),
     ),
     instances=tuple({"GROUP": g, "ROWS": r} for g, r in PANEL_SHAPES),
     group_size=lambda GROUP, ROWS: GROUP,
@@ -88,14 +90,14 @@ TALL_PANEL_GROUPS = (256, 1024)
 LU_FACTOR_TALL_PANEL = Kernel(
     function="lu_factor_tall_panel",
     source="lu.metal",
-    args=LU_FACTOR_PANEL.args,
+    args=LU_FACTOR_PANEL.args[:-2],
     instances=tuple({"GROUP": g} for g in TALL_PANEL_GROUPS),
     group_size=lambda GROUP: GROUP,
     template=lambda GROUP: (GROUP,),
     shared=lambda GROUP: [Shared("values", "R", GROUP // 32), Shared("positions", "int", GROUP // 32)],
 )
 
-BLOCK_ROW_GROUP = 256
+BLOCK_ROW_GROUP = 32  # a SIMD group: a large matrix's block row spreads over many cores
 
 LU_BLOCK_ROW = Kernel(
     function="lu_block_row",
@@ -176,49 +178,52 @@ def _register_panel(h: int, dtype: torch.dtype, device: torch.device) -> dict | 
     return None
 
 
+def _tall_panel(lu: torch.Tensor) -> dict:
+    """The values of the lu_factor_tall_panel instance: 1024 threads where they fit."""
+    group = TALL_PANEL_GROUPS[1]
+    return {"GROUP": group if fits(LU_FACTOR_TALL_PANEL, lu.dtype, lu.device, GROUP=group) else TALL_PANEL_GROUPS[0]}
+
+
+# Fewer matrices than this are factored in a column-major copy: the panel, one
+# threadgroup a matrix, is then their serial part and reads columns; more fill the
+# GPU, and row-major keeps the rest coalesced. (Measured on the H200: 1 matrix of
+# 1024 or 4096 by columns, 1000 of 100 by rows; the crossover was not measured.)
+FEW_MATRICES = 16
+
+
 def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, pivot: bool) -> None:
     """Right-looking blocked sgetrf in place on contiguous (count, m, n) ``lu``: per
     panel of PANEL_WIDTH columns, the panel kernel, then one kernel that applies its
     interchanges to the other columns and forms U12 = L11^-1 A12, then
     A22 -= L21 U12 (three launches a panel).
 
-    The register panel reads the panel's columns, so where it holds the first
-    (tallest) panel the work is done on a column-major copy; taller matrices take
-    the tall panel on ``lu`` itself."""
+    Panels the register panel cannot hold take the tall panel, which works on
+    row-major matrices; a few matrices that the register panel holds are factored
+    in a column-major copy (see FEW_MATRICES)."""
     count, m, n = lu.shape
     k = min(m, n)
-    by_columns = _register_panel(m, lu.dtype, lu.device) is not None
+    by_columns = count < FEW_MATRICES and _register_panel(m, lu.dtype, lu.device) is not None
     work = lu.mT.contiguous().mT if by_columns else lu  # (count, m, n), either layout
     storage = work.mT if by_columns else work  # what the kernels index: contiguous
-    tall = {"GROUP": TALL_PANEL_GROUPS[0]}
-    if not by_columns and fits(LU_FACTOR_TALL_PANEL, lu.dtype, lu.device, GROUP=TALL_PANEL_GROUPS[1]):
-        tall = {"GROUP": TALL_PANEL_GROUPS[1]}
+    strides = (1, m) if by_columns else (n, 1)  # of element (i, c)
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
-        if by_columns:
-            values = _register_panel(m - j0, lu.dtype, lu.device)
-            launch(LU_FACTOR_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **values)
+        values = _register_panel(m - j0, lu.dtype, lu.device)
+        if values:
+            launch(LU_FACTOR_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), *strides, **values)
         else:
-            launch(LU_FACTOR_TALL_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **tall)
+            launch(LU_FACTOR_TALL_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **_tall_panel(lu))
         if n > w:
-            _block_row(storage, pivots, m, n, j0, w, by_columns)
+            groups = groups_for(n - w, BLOCK_ROW_GROUP)
+            launch(
+                LU_BLOCK_ROW, count * groups,
+                storage, pivots, m, n, k, j0, w, *strides, groups, GROUP=BLOCK_ROW_GROUP,
+            )
         e = j0 + w
         if e < n and e < m:
             work[:, e:, e:].baddbmm_(work[:, e:, j0:e], work[:, j0:e, e:], alpha=-1)
     if by_columns:
         lu.copy_(work)
-
-
-def _block_row(storage: torch.Tensor, pivots: torch.Tensor, m: int, n: int, j0: int, w: int, by_columns: bool) -> None:
-    """slaswp and strsm after the panel [j0, j0 + w): its interchanges applied to the
-    other columns of the m x n matrices in contiguous ``storage`` (count, m, n), or
-    (count, n, m) if stored ``by_columns``, and U12 = L11^-1 A12 right of it."""
-    row_stride, column_stride = (1, m) if by_columns else (n, 1)
-    groups = groups_for(n - w, BLOCK_ROW_GROUP)
-    launch(
-        LU_BLOCK_ROW, storage.shape[0] * groups,
-        storage, pivots, m, n, pivots.shape[-1], j0, w, row_stride, column_stride, groups, GROUP=BLOCK_ROW_GROUP,
-    )
 
 
 def _permutation_body(pivots: torch.Tensor, m: int) -> torch.Tensor:

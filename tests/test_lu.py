@@ -383,15 +383,25 @@ def test_kernel_choice(device, monkeypatch):
     assert launched.count("lu_factor_panel") == 4  # panels of 32 columns
 
 
-@pytest.mark.parametrize("panel", [*family.PANEL_SHAPES, None], ids=lambda p: "tall" if p is None else "x".join(map(str, p)))
+@pytest.mark.parametrize(
+    "panel,layout",
+    [(shape, layout) for shape in family.PANEL_SHAPES for layout in ("rows", "columns")] + [(None, "rows"), ("mixed", "rows")],
+    ids=lambda p: "tall" if p is None else p if isinstance(p, str) else "x".join(map(str, p)),
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.complex128], ids=str)
-def test_blocked_lu_on_each_panel(device, panel, dtype, monkeypatch):
-    # Every register panel shape (sub-panels of 8, 4 and 2 columns by dtype) and the
-    # tall panel, on several panels, a last one narrower than a sub-panel, wide and
-    # tall matrices, a zero column (info) and a NaN.
+def test_blocked_lu_on_each_panel(device, panel, layout, dtype, monkeypatch):
+    # Every register panel shape (sub-panels of 8, 4 and 2 columns by dtype) on
+    # row-major matrices and column-major copies, the tall panel, and both in one
+    # matrix (the tall panel while the panel is over 100 rows); on several panels,
+    # a last one narrower than a sub-panel, wide and tall matrices, a zero column
+    # (info) and a NaN.
     supported(device, dtype)
-    values = None if panel is None else {"GROUP": panel[0], "ROWS": panel[1]}
-    monkeypatch.setattr(family, "_register_panel", lambda h, dtype, device: values)
+    if panel == "mixed":
+        monkeypatch.setattr(family, "_register_panel", lambda h, dtype, device: {"GROUP": 256, "ROWS": 1} if h <= 100 else None)
+    else:
+        values = None if panel is None else {"GROUP": panel[0], "ROWS": panel[1]}
+        monkeypatch.setattr(family, "_register_panel", lambda h, dtype, device: values)
+    monkeypatch.setattr(family, "FEW_MATRICES", 10**9 if layout == "columns" else 0)
     for m, n in [(70, 70), (200, 77), (77, 200), (130, 97)]:
         A = gaussian((2, m, n), dtype)
         LU, pivots, info = LA.lu_factor_ex(A.to(device))
