@@ -448,7 +448,8 @@ METAL_FUNC void lu_factor_tall_panel(device T* a, device int* pivots, device int
 //   a: count x m x n; pivots: count x min(m, n); info: count.
 template <typename T, int GROUP, int ROWS>
 METAL_FUNC void lu_factor_panel(device T* a, device int* pivots, device int* info, int m, int n, int j0, int w,
-                                int pivoting, int row_stride, int column_stride, threadgroup typename scalar_traits<T>::real* offered_values,
+                                int pivoting, int row_stride, int column_stride,
+                                threadgroup typename scalar_traits<T>::real* offered_values,
                                 threadgroup int* offered_positions, threadgroup T* offered_rows,
                                 threadgroup T* triangle, threadgroup T* block_row, threadgroup int* moved_from,
                                 threadgroup int* moved_to, thread_position pos) {
