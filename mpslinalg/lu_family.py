@@ -11,10 +11,9 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   bytes a row factored in registers, the rest of the panel updated from them;
   a few matrices go through a column-major copy, so that it reads columns);
   taller panels take ``lu_factor_tall_panel`` (a SIMD lane per column, every
-  step in device memory). ``lu_block_row``
-  applies a panel's interchanges to the other columns (slaswp) and solves for
-  the U block row (strsm), a thread per column; the trailing update is one
-  ``torch.baddbmm``.
+  step in device memory). ``lu_block_row`` applies a panel's interchanges to
+  the other columns (slaswp) and solves for the U block row (strsm), a thread
+  per column; the trailing update is one ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
 
 Solves are P, then the two triangular solves of the triangular family on the
