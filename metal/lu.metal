@@ -765,6 +765,94 @@ METAL_FUNC void lu_block_row(device T* a, const device int* pivots, int m, int n
   }
 }
 
+// sgetrf's block row as lu_block_row forms it, for matrices stored by columns:
+// a SIMD group per column outside the panel, lane e holding the column's
+// element of panel row j0 + e, so that the panel's rows of a column are one
+// contiguous read and write. The panel's interchanges are first composed into
+// where each touched row ends (by shuffles, once per SIMD group): no
+// interchange then waits on another, each touched element is read once and
+// written once. U12 = L11^-1 A12 is forward substitution across the lanes,
+// lane e holding row e of L11 in registers.
+//   a: count x m x n; pivots: count x k (1-based).
+template <typename T, int GROUP>
+METAL_FUNC void lu_block_row_by_columns(device T* a, const device int* pivots, int m, int n, int k, int j0, int w,
+                                        int row_stride, int column_stride, int groups_per_matrix,
+                                        thread_position pos) {
+  const int SIMDS = GROUP / 32;
+  const long matrix = pos.group_index / groups_per_matrix;
+  int column = int(pos.group_index % groups_per_matrix) * SIMDS + int(pos.simd_group);
+  // The grid covers the n - w columns outside the panel; the test is uniform per SIMD group.
+  column = column < j0 ? column : column + w;
+  if (column >= n) {
+    return;
+  }
+  const int e = int(pos.simd_lane);
+  device T* A = a + matrix * m * n;
+  const device int* ipiv = pivots + matrix * k;
+  // After the interchanges, panel row j0 + e holds row j0 + source; a row
+  // j0 + below (below >= w) that an interchange reached holds row j0 +
+  // below_source, listed by the lane of the first interchange to reach it.
+  int source = e;
+  int below = -1;
+  int below_source = 0;
+  const int target = e < w ? ipiv[j0 + e] - 1 - j0 : e;
+  for (int f = 0; f < w; ++f) {
+    const int p = simd_shuffle(target, ushort(f));
+    const int at_f = simd_shuffle(source, ushort(f));
+    if (p < w) {
+      const int at_p = simd_shuffle(source, ushort(p));
+      source = e == f ? at_p : (e == p ? at_f : source);
+    } else {
+      const int slot = simd_min(below == p ? e : PANEL_WIDTH);
+      const int at_slot = simd_shuffle(below_source, ushort(slot % PANEL_WIDTH));
+      if (slot < PANEL_WIDTH) {
+        below_source = e == slot ? at_f : below_source;
+        source = e == f ? at_slot : source;
+      } else if (e == f) {
+        below = p;
+        below_source = at_f;
+        source = p;
+      }
+    }
+  }
+  const T zero = scalar_traits<T>::from_real(typename scalar_traits<T>::real(0));
+  const long rs = row_stride;
+  device T* line = A + long(column) * column_stride;
+  const bool solves = column > j0;  // uniform
+  T l[PANEL_WIDTH];
+  #pragma unroll
+  for (int f = 0; f < PANEL_WIDTH; ++f) {
+    l[f] = zero;
+    if (solves && f < e && e < w) {
+      l[f] = A[long(j0 + e) * rs + long(j0 + f) * column_stride];
+    }
+  }
+  T value = zero;
+  T moved = zero;
+  if (e < w) {
+    value = line[long(j0 + source) * rs];
+  }
+  if (below >= 0) {
+    moved = line[long(j0 + below_source) * rs];
+  }
+  simdgroup_barrier(mem_flags::mem_device);  // every read before any write
+  if (below >= 0) {
+    line[long(j0 + below) * rs] = moved;
+  }
+  if (solves) {
+    #pragma unroll
+    for (int f = 0; f < PANEL_WIDTH; ++f) {
+      const T x = simd_shuffle(value, ushort(f));
+      if (f < e && e < w) {
+        value = multiply_subtract(value, l[f], x);
+      }
+    }
+  }
+  if (e < w) {
+    line[long(j0 + e) * rs] = value;
+  }
+}
+
 // The row order that LAPACK's interchanges describe (slaswp applied to 0..m-1):
 // row i of P^T A is row permutation[i] of A. One thread per matrix; pivots are
 // clamped to the matrix, so malformed ones cannot write outside it.

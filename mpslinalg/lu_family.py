@@ -112,6 +112,17 @@ LU_BLOCK_ROW = Kernel(
     shared=lambda GROUP: [Shared("triangle", "T", PANEL_WIDTH * PANEL_WIDTH)],
 )
 
+BLOCK_ROW_BY_COLUMNS_GROUP = 128
+
+LU_BLOCK_ROW_BY_COLUMNS = Kernel(
+    function="lu_block_row_by_columns",
+    source="lu.metal",
+    args=LU_BLOCK_ROW.args,
+    instances=({"GROUP": BLOCK_ROW_BY_COLUMNS_GROUP},),
+    group_size=BLOCK_ROW_BY_COLUMNS_GROUP,
+    template=lambda GROUP: (GROUP,),
+)
+
 PERMUTATION_GROUP = 64
 
 LU_PERMUTATION = Kernel(
@@ -213,11 +224,12 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
         else:
             launch(LU_FACTOR_TALL_PANEL, count, storage, pivots, info, m, n, j0, w, int(pivot), **_tall_panel(lu))
         if n > w:
-            groups = groups_for(n - w, BLOCK_ROW_GROUP)
-            launch(
-                LU_BLOCK_ROW, count * groups,
-                storage, pivots, m, n, k, j0, w, *strides, groups, GROUP=BLOCK_ROW_GROUP,
-            )
+            # A column a thread where rows are contiguous, a column a SIMD group where
+            # columns are: either way, accesses of consecutive lanes are adjacent.
+            kernel = LU_BLOCK_ROW_BY_COLUMNS if by_columns else LU_BLOCK_ROW
+            group = kernel.instances[0]["GROUP"]
+            groups = groups_for(n - w, group // 32 if by_columns else group)
+            launch(kernel, count * groups, storage, pivots, m, n, k, j0, w, *strides, groups, GROUP=group)
         e = j0 + w
         if e < n and e < m:
             work[:, e:, e:].baddbmm_(work[:, e:, j0:e], work[:, j0:e, e:], alpha=-1)
