@@ -7,10 +7,12 @@ from ._dispatch import backends, use_backend
 from .inverse import det, inv, inv_ex
 from .lu_family import logdet, lu, lu_factor, lu_factor_ex, lu_solve, slogdet, solve, solve_ex
 from .qr_family import geqrf, householder_product, ormqr, qr
+from .svd_family import lstsq, matrix_rank, pinv, svd, svdvals
 from .triangular import solve_tril, solve_triangular, tril_inverse
 
 __all__ = [
     "backends", "det", "geqrf", "householder_product", "inv", "inv_ex", "logdet", "lu", "lu_factor",
-    "lu_factor_ex", "lu_solve", "ormqr", "qr", "slogdet", "solve", "solve_ex", "solve_tril", "solve_triangular", "tril_inverse", "use_backend",
+    "lu_factor_ex", "lu_solve", "lstsq", "matrix_rank", "ormqr", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_tril",
+    "solve_triangular", "svd", "svdvals", "tril_inverse", "use_backend",
 ]
 __version__ = "0.1.0"

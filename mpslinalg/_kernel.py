@@ -54,7 +54,8 @@ SHARED_LIMIT = {True: 32 * 1024, False: 48 * 1024}
 
 @dataclass(frozen=True)
 class Buffer:
-    """A tensor argument. ``element`` "T" is the kernel's scalar type; else a C type."""
+    """A tensor argument. ``element`` "T" is the kernel's scalar type, "R" its real
+    type (singular values of complex matrices); else a C type."""
 
     name: str
     element: str = "T"
@@ -173,7 +174,7 @@ class Instance:
         Complex buffers are declared as their real storage and cast to T inside:
         C++ for OpenCL accepts no class-template pointer as a kernel parameter.
         """
-        return self.scalar.storage if buffer.element == "T" else buffer.element
+        return self.scalar.storage if buffer.element in ("T", "R") else buffer.element
 
     def body_call(self, address_space: str) -> str:
         """The call from an entry point into the body: ``f<T, ...>(args..., shared..., pos)``."""

@@ -1,0 +1,444 @@
+// Singular value decomposition by one-sided Jacobi (Hestenes), as LAPACK's
+// sgesvj / cgesvj: pairs of columns of a square matrix X are rotated until
+// every pair is orthogonal to working precision; then X V = U Sigma, with the
+// column norms as Sigma, the normalized columns as U and the product of the
+// rotations as V. Unlike bidiagonalization, small singular values keep their
+// relative accuracy (Demmel and Veselic). Callers pass square matrices (a tall
+// one's R after QR, a wide one's conjugate transpose), scaled by a power of two
+// so that max |x_ij| lies in [1/2, 1), and transposed: row j of a is column j
+// of X. Outputs are sorted by descending singular value, NaN first: row i of u
+// is U's column i, row i of w is V's column i. Left vectors of exactly zero
+// singular values, which the rotations leave undefined, are completed to an
+// orthonormal basis (4.4 of linalg-contracts: Gram-Schmidt, twice, from unit
+// vectors).
+#include "common.h"
+
+// Sweeps before giving up, as sgesvj's NSWEEP; convergence usually takes 5-10.
+#define JACOBI_SWEEPS 30
+
+template <typename R>
+METAL_FUNC R unit_roundoff() {
+  return sizeof(R) == 4 ? R(5.96046448e-08f) : R(1.11022302e-16f);
+}
+
+template <typename R>
+METAL_FUNC R abs2(R x) {
+  return x * x;
+}
+
+template <typename R>
+METAL_FUNC R abs2(complex_t<R> z) {
+  return fma(z.re, z.re, z.im * z.im);
+}
+
+template <typename R>
+METAL_FUNC R magnitude(R x) {
+  return fabs(x);
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> lanes_sum_of(complex_t<R> z) {
+  return {lanes_sum<32>(z.re), lanes_sum<32>(z.im)};
+}
+
+template <typename R>
+METAL_FUNC R lanes_sum_of(R x) {
+  return lanes_sum<32>(x);
+}
+
+template <typename R>
+METAL_FUNC R magnitude(complex_t<R> z) {
+  return sqrt(abs2(z));
+}
+
+// The unit-modulus factor of z != 0 (its sign for real z).
+template <typename R>
+METAL_FUNC R phase(R x, R abs_x) {
+  return x / abs_x;
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> phase(complex_t<R> z, R abs_z) {
+  return {z.re / abs_z, z.im / abs_z};
+}
+
+// The rotation of columns p and q that makes them orthogonal, from alpha =
+// |a_p|^2, beta = |a_q|^2 and gamma = a_p^H a_q: [a_p a_q] <- [a_p a_q] J,
+// J = [[c, s g], [-s conj(g), c]] with g = gamma / |gamma|, so that the real
+// rotation acts on |gamma| as sgesvj's. Null (c = 1, s = 0) when the columns
+// are orthogonal to tolerance, or the test fails on NaN.
+template <typename T>
+struct jacobi_rotation {
+  typename scalar_traits<T>::real c;
+  T sg;  // s g
+  bool rotates;
+};
+
+template <typename T, typename R>
+METAL_FUNC jacobi_rotation<T> rotation_for(R alpha, R beta, T gamma, R tolerance) {
+  const R abs_gamma = magnitude(gamma);
+  jacobi_rotation<T> j = {R(1), scalar_traits<T>::from_real(R(0)), false};
+  if (abs_gamma > tolerance * sqrt(alpha) * sqrt(beta)) {
+    const R zeta = (beta - alpha) / (R(2) * abs_gamma);
+    const R abs_zeta = fabs(zeta);
+    // t = tan(theta), the root of t^2 + 2 zeta t - 1 of smaller magnitude.
+    R t = abs_zeta > R(1) / sqrt(unit_roundoff<R>()) ? R(0.5) / abs_zeta : R(1) / (abs_zeta + sqrt(fma(zeta, zeta, R(1))));
+    t = zeta < R(0) ? -t : t;
+    j.c = R(1) / sqrt(fma(t, t, R(1)));
+    j.sg = (j.c * t) * phase(gamma, abs_gamma);
+    j.rotates = true;
+  }
+  return j;
+}
+
+template <typename T>
+METAL_FUNC void rotate(thread T& x, thread T& y, jacobi_rotation<T> j) {
+  const T x0 = x;
+  x = j.c * x - conj(j.sg) * y;
+  y = j.sg * x0 + j.c * y;
+}
+
+// The order of the outputs: descending, NaN first, equal values by index.
+template <typename R>
+METAL_FUNC bool comes_before(R a, int i, R b, int k) {
+  if (isnan(a) != isnan(b)) {
+    return isnan(a);
+  }
+  return a > b || (!(a < b) && i < k);
+}
+
+// The round-robin (circle) ordering of columns 0..np-1, np even: in each of the
+// np - 1 rounds, pairs 0..np/2-1 are disjoint, and every pair meets once a sweep.
+METAL_FUNC void round_robin_pair(int round, int i, int np, thread int& p, thread int& q) {
+  if (i == 0) {
+    p = round;
+    q = np - 1;
+  } else {
+    p = (round + i) % (np - 1);
+    q = (round - i + np - 1) % (np - 1);
+  }
+}
+
+// sgesvj on an n x n matrix with n <= 3, a thread per matrix, in registers; the
+// cyclic order of pairs, as any order converges for so few columns.
+//   a: count x N x N (rows: X's columns); u, w: count x N x N; s: count x N.
+template <typename T, int N, int GROUP>
+METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_traits<T>::real* s, device T* w,
+                         int count, thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const long matrix = long(pos.group_index) * GROUP + pos.thread_index;
+  if (matrix >= count) {
+    return;
+  }
+  const T zero = scalar_traits<T>::from_real(R(0));
+  const T one = scalar_traits<T>::from_real(R(1));
+  T x[N][N];  // x[j][r]: row r of column j
+  T v[N][N];
+  #pragma unroll
+  for (int j = 0; j < N; ++j) {
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      x[j][r] = a[matrix * N * N + j * N + r];
+      v[j][r] = zero;
+    }
+    v[j][j] = one;
+  }
+  const R tolerance = sqrt(R(N)) * unit_roundoff<R>();
+  for (int sweep = 0; sweep < JACOBI_SWEEPS; ++sweep) {
+    bool rotated = false;
+    #pragma unroll
+    for (int p = 0; p < N; ++p) {
+      #pragma unroll
+      for (int q = p + 1; q < N; ++q) {
+        R alpha = R(0);
+        R beta = R(0);
+        T gamma = zero;
+        #pragma unroll
+        for (int r = 0; r < N; ++r) {
+          alpha += abs2(x[p][r]);
+          beta += abs2(x[q][r]);
+          gamma = gamma + conj(x[p][r]) * x[q][r];
+        }
+        const jacobi_rotation<T> j = rotation_for(alpha, beta, gamma, tolerance);
+        if (j.rotates) {
+          rotated = true;
+          #pragma unroll
+          for (int r = 0; r < N; ++r) {
+            rotate(x[p][r], x[q][r], j);
+            rotate(v[p][r], v[q][r], j);
+          }
+        }
+      }
+    }
+    if (!rotated) {
+      break;
+    }
+  }
+  R sigma[N];
+  #pragma unroll
+  for (int j = 0; j < N; ++j) {
+    R sum = R(0);
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      sum += abs2(x[j][r]);
+    }
+    sigma[j] = sqrt(sum);
+  }
+  device T* U = u + matrix * N * N;
+  device T* W = w + matrix * N * N;
+  int nonzero = 0;
+  #pragma unroll
+  for (int j = 0; j < N; ++j) {
+    int rank = 0;
+    #pragma unroll
+    for (int i = 0; i < N; ++i) {
+      rank += comes_before(sigma[i], i, sigma[j], j) ? 1 : 0;
+    }
+    nonzero += sigma[j] == R(0) ? 0 : 1;
+    s[matrix * N + rank] = sigma[j];
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      T normalized = zero;
+      if (sigma[j] != R(0)) {
+        normalized = x[j][r] / scalar_traits<T>::from_real(sigma[j]);
+      }
+      U[rank * N + r] = normalized;
+      W[rank * N + r] = v[j][r];
+    }
+  }
+  // Zero singular values come last: complete their columns of U.
+  for (int i = nonzero; i < N; ++i) {
+    for (int k = 0; k < N; ++k) {
+      T y[N];
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        y[r] = zero;
+        if (r == k) {
+          y[r] = one;
+        }
+      }
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int l = 0; l < i; ++l) {
+          T c = zero;
+          #pragma unroll
+          for (int r = 0; r < N; ++r) {
+            c = c + conj(U[l * N + r]) * y[r];
+          }
+          #pragma unroll
+          for (int r = 0; r < N; ++r) {
+            y[r] = multiply_subtract(y[r], U[l * N + r], c);
+          }
+        }
+      }
+      R norm = R(0);
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        norm += abs2(y[r]);
+      }
+      if (norm > R(0.25)) {
+        norm = sqrt(norm);
+        #pragma unroll
+        for (int r = 0; r < N; ++r) {
+          U[i * N + r] = y[r] / scalar_traits<T>::from_real(norm);
+        }
+        break;
+      }
+    }
+  }
+}
+
+// The sum over a threadgroup of GROUP threads, for every thread: each SIMD
+// group's through partial (GROUP / 32 entries). Barriers before and after.
+template <typename R, int GROUP>
+METAL_FUNC R group_sum(R x, threadgroup R* partial, thread_position pos) {
+  x = lanes_sum<32>(x);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (pos.simd_lane == 0) {
+    partial[pos.simd_group] = x;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  R total = R(0);
+  for (int g = 0; g < GROUP / 32; ++g) {
+    total += partial[g];
+  }
+  return total;
+}
+
+// sgesvj on an n x n matrix, a threadgroup of GROUP threads per matrix: in each
+// round of the round-robin ordering the n / 2 disjoint pairs go to the SIMD
+// groups, each pair's inner products over its lanes; the columns live in device
+// memory (a and v), a barrier a round. A sweep with no rotation ends the
+// iteration, which every thread sees through threadgroup memory.
+//   a: count x n x n (rows: X's columns; overwritten); v: count x n x n and
+//   norms: count x n, scratch; u, w: count x n x n; s: count x n.
+template <typename T, int GROUP>
+METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_traits<T>::real* norms, device T* u,
+                           device typename scalar_traits<T>::real* s, device T* w, int n,
+                           threadgroup int* flags, threadgroup typename scalar_traits<T>::real* partial,
+                           thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const int SIMDS = GROUP / 32;
+  const int t = int(pos.thread_index);
+  const int lane = int(pos.simd_lane);
+  const long nn = long(n) * n;
+  device T* X = a + pos.group_index * nn;
+  device T* V = v + pos.group_index * nn;
+  device R* sigma = norms + long(pos.group_index) * n;
+  device T* U = u + pos.group_index * nn;
+  device T* W = w + pos.group_index * nn;
+  device R* S = s + long(pos.group_index) * n;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  const T one = scalar_traits<T>::from_real(R(1));
+  for (long e = t; e < nn; e += GROUP) {
+    V[e] = zero;
+    if (e / n == e % n) {
+      V[e] = one;
+    }
+  }
+  if (t == 0) {
+    flags[0] = 0;  // the last sweep that rotated, counted from 1
+  }
+  threadgroup_barrier(mem_flags::mem_device);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const R tolerance = sqrt(R(n)) * unit_roundoff<R>();
+  const int np = n + (n & 1);  // with a column that pairs with nothing
+  for (int sweep = 0; sweep < JACOBI_SWEEPS; ++sweep) {
+    bool rotated = false;
+    for (int round = 0; round < np - 1; ++round) {
+      for (int i = int(pos.simd_group); i < np / 2; i += SIMDS) {
+        int p, q;
+        round_robin_pair(round, i, np, p, q);
+        if (p < n && q < n) {  // uniform in the SIMD group
+          device T* xp = X + long(p) * n;
+          device T* xq = X + long(q) * n;
+          R alpha = R(0);
+          R beta = R(0);
+          T gamma = zero;
+          for (int r = lane; r < n; r += 32) {
+            alpha += abs2(xp[r]);
+            beta += abs2(xq[r]);
+            gamma = gamma + conj(xp[r]) * xq[r];
+          }
+          const jacobi_rotation<T> j = rotation_for(lanes_sum_of(alpha), lanes_sum_of(beta), lanes_sum_of(gamma),
+                                                    tolerance);
+          if (j.rotates) {
+            rotated = true;
+            device T* vp = V + long(p) * n;
+            device T* vq = V + long(q) * n;
+            for (int r = lane; r < n; r += 32) {
+              T x0 = xp[r];
+              T x1 = xq[r];
+              rotate(x0, x1, j);
+              xp[r] = x0;
+              xq[r] = x1;
+              T v0 = vp[r];
+              T v1 = vq[r];
+              rotate(v0, v1, j);
+              vp[r] = v0;
+              vq[r] = v1;
+            }
+          }
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_device);
+    }
+    if (rotated) {
+      flags[0] = sweep + 1;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (flags[0] != sweep + 1) {
+      break;
+    }
+  }
+  for (int j = int(pos.simd_group); j < n; j += SIMDS) {
+    R sum = R(0);
+    for (int r = lane; r < n; r += 32) {
+      sum += abs2(X[long(j) * n + r]);
+    }
+    sum = lanes_sum<32>(sum);
+    if (lane == 0) {
+      sigma[j] = sqrt(sum);
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_device);
+  // Each column to its rank: a SIMD group per column, its lanes counting.
+  for (int j = int(pos.simd_group); j < n; j += SIMDS) {
+    const R sj = sigma[j];
+    int before = 0;
+    for (int i = lane; i < n; i += 32) {
+      before += comes_before(sigma[i], i, sj, j) ? 1 : 0;
+    }
+    const int rank = lanes_sum<32>(before);
+    if (lane == 0) {
+      S[rank] = sj;
+    }
+    for (int r = lane; r < n; r += 32) {
+      T normalized = zero;
+      if (sj != R(0)) {
+        normalized = X[long(j) * n + r] / scalar_traits<T>::from_real(sj);
+      }
+      U[long(rank) * n + r] = normalized;
+      W[long(rank) * n + r] = V[long(j) * n + r];
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_device);
+  // Zero singular values come last (S is sorted): the first of them by bisection.
+  int lo = 0;
+  int hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (S[mid] == R(0)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  // Their columns of U: unit vectors e_k, less their components along the columns
+  // before (twice), until one keeps a norm above 1/2. V's first row is scratch.
+  for (int i = lo; i < n; ++i) {
+    for (int k = 0; k < n; ++k) {
+      device T* y = U + long(i) * n;
+      for (int r = t; r < n; r += GROUP) {
+        T value = zero;
+        if (r == k) {
+          value = one;
+        }
+        for (int l = 0; l < i; ++l) {
+          value = multiply_subtract(value, U[long(l) * n + r], conj(U[long(l) * n + k]));
+        }
+        y[r] = value;
+      }
+      threadgroup_barrier(mem_flags::mem_device);
+      for (int l = int(pos.simd_group); l < i; l += SIMDS) {
+        T c = zero;
+        for (int r = lane; r < n; r += 32) {
+          c = c + conj(U[long(l) * n + r]) * y[r];
+        }
+        c = lanes_sum_of(c);
+        if (lane == 0) {
+          V[l] = c;
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_device);
+      R norm = R(0);
+      for (int r = t; r < n; r += GROUP) {
+        T value = y[r];
+        for (int l = 0; l < i; ++l) {
+          value = multiply_subtract(value, U[long(l) * n + r], V[l]);
+        }
+        y[r] = value;
+        norm += abs2(value);
+      }
+      norm = group_sum<R, GROUP>(norm, partial, pos);
+      threadgroup_barrier(mem_flags::mem_device);
+      if (norm > R(0.25)) {
+        const R scale = R(1) / sqrt(norm);
+        for (int r = t; r < n; r += GROUP) {
+          y[r] = scalar_traits<T>::from_real(scale) * y[r];
+        }
+        threadgroup_barrier(mem_flags::mem_device);
+        break;
+      }
+    }
+  }
+}

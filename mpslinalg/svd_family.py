@@ -1,0 +1,387 @@
+"""SVD: ``svd``, ``svdvals``, ``pinv``, ``lstsq``, ``matrix_rank``.
+
+Kernels (``metal/svd.metal``), LAPACK's sgesvj / cgesvj (one-sided Jacobi),
+which keeps the relative accuracy of small singular values:
+
+- ``svd_tiny``: n <= 3, a thread per matrix, in registers (camera geometry:
+  Kabsch, homographies, polar decompositions).
+- ``svd_jacobi``: any n, a threadgroup per matrix, the n / 2 pairs of each
+  round of the round-robin ordering on its SIMD groups.
+
+Both take square matrices. As sgejsv, a tall matrix is first factored by QR
+(mpslinalg's) and its R decomposed, U = Q U_R, and the complete Q gives
+``full_matrices``' extra columns; a wide matrix is decomposed as its conjugate
+transpose. Every matrix is scaled by a power of two (exact) so that its largest
+entry lies in [1/2, 1): inputs near the ends of the float range neither overflow
+nor underflow. The iteration stops on the device, when a sweep rotates nothing
+(or after 30), so non-finite input gives NaN, never a hang or a host sync.
+
+Gradients: torch's ``svd_backward`` (and its complex phase check), ``pinv`` by
+torch's ``pinv_backward`` (the formula, not the SVD), ``lstsq`` through pinv,
+all in matrix products.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks, _dispatch, qr_family
+from ._kernel import Buffer, Kernel, Scalar, Shared
+from .runtimes import groups_for, launch, pieces
+
+TINY_SIZES = (1, 2, 3)
+TINY_GROUP = 64  # matrices per threadgroup
+
+SVD_TINY = Kernel(
+    function="svd_tiny",
+    source="svd.metal",
+    args=(Buffer("a", const=True), Buffer("u"), Buffer("s", "R"), Buffer("w"), Scalar("count")),
+    instances=tuple({"N": n} for n in TINY_SIZES),
+    group_size=TINY_GROUP,
+    template=lambda N: (N, TINY_GROUP),
+)
+
+JACOBI_GROUPS = (64, 256, 1024)  # threads per matrix, by the number of column pairs
+
+SVD_JACOBI = Kernel(
+    function="svd_jacobi",
+    source="svd.metal",
+    args=(
+        Buffer("a"), Buffer("v"), Buffer("norms", "R"), Buffer("u"), Buffer("s", "R"), Buffer("w"), Scalar("n"),
+    ),
+    instances=tuple({"GROUP": g} for g in JACOBI_GROUPS),
+    group_size=lambda GROUP: GROUP,
+    template=lambda GROUP: (GROUP,),
+    shared=lambda GROUP: [Shared("flags", "int", 1), Shared("partial", "R", GROUP // 32)],
+)
+
+
+def _jacobi_group(n: int) -> int:
+    """Threads for n columns: a SIMD group for each of up to n / 2 pairs a round."""
+    pairs = (n + 1) // 2
+    return next((g for g in JACOBI_GROUPS if pairs <= g // 32), JACOBI_GROUPS[-1])
+
+
+def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says."""
+    count, n, _ = X.shape
+    a = X.mT.contiguous()  # rows: X's columns
+    u, w = torch.empty_like(a), torch.empty_like(a)
+    s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
+    if n <= TINY_SIZES[-1]:
+        for start, stop in pieces(count):
+            launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), a[start:stop], u[start:stop], s[start:stop],
+                   w[start:stop], stop - start, N=n)
+    else:
+        v, norms = torch.empty_like(a), torch.empty_like(s)
+        for start, stop in pieces(count):
+            launch(SVD_JACOBI, stop - start, a[start:stop], v[start:stop], norms[start:stop], u[start:stop],
+                   s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n))
+    return u.mT, s, w.conj()
+
+
+def _power_of_two(e: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """2^e as two factors, each in range for exponents of any float (2^e alone is not:
+    2^149 overflows float32)."""
+    half = torch.div(e, 2, rounding_mode="floor")
+    return torch.exp2(half.to(dtype)), torch.exp2((e - half).to(dtype))
+
+
+def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    *batch, m, n = A.shape
+    k = min(m, n)
+    real = A.real.dtype if A.is_complex() else A.dtype
+    count = A.shape[:-2].numel()
+    wide = m < n
+    rows, columns = (n, m) if wide else (m, n)  # of X, the matrix decomposed: rows >= columns
+    if count == 0 or k == 0:
+        U = torch.eye(m, m if full_matrices else k, dtype=A.dtype, device=A.device).expand(*batch, -1, -1)
+        Vh = torch.eye(n if full_matrices else k, n, dtype=A.dtype, device=A.device).expand(*batch, -1, -1)
+        return U.contiguous(), A.new_zeros((*batch, k), dtype=real), Vh.contiguous()
+    X = _checks.resolved(A.mH if wide else A).reshape(count, rows, columns)
+    # Scaled by 2^-e with max |x_ij| in [1/2, 1); zero and non-finite matrices as they are.
+    largest = X.abs().amax(dim=(-2, -1))
+    e = torch.frexp(largest).exponent
+    e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
+    down = _power_of_two(-e, real)
+    X = X * down[0][:, None, None] * down[1][:, None, None]
+    if rows > columns:  # sgejsv's QR preconditioning: the SVD of R
+        Q, R = qr_family._qr_body(X, "complete" if full_matrices else "reduced")
+        U_R, S, Vh = _svd_square(R[:, :columns].contiguous())
+        U = Q[..., :columns] @ U_R
+        if full_matrices:
+            U = torch.cat((U, Q[..., columns:]), dim=-1)
+    else:
+        U, S, Vh = _svd_square(X)
+    up = _power_of_two(e, real)
+    S = S * up[0][:, None] * up[1][:, None]
+    if wide:  # X = A^H = U S Vh, so A = Vh^H S U^H
+        U, Vh = Vh.mH, U.mH
+    U = U.reshape(*batch, m, U.shape[-1])
+    Vh = Vh.reshape(*batch, Vh.shape[-2], n)
+    return _checks.resolved(U), S.reshape(*batch, k), _checks.resolved(Vh)
+
+
+_svd_op = torch.library.custom_op("mpslinalg::svd", mutates_args=())(_svd_body)
+
+
+@_svd_op.register_fake
+def _(A, full_matrices):
+    *batch, m, n = A.shape
+    k = min(m, n)
+    real = A.real.dtype if A.is_complex() else A.dtype
+    u_columns, v_rows = (m, n) if full_matrices else (k, k)
+    return A.new_empty((*batch, m, u_columns)), A.new_empty((*batch, k), dtype=real), A.new_empty((*batch, v_rows, n))
+
+
+def _skew(M: torch.Tensor) -> torch.Tensor:
+    return M - M.mH
+
+
+def _svd_vjp(U, S, Vh, gU, gS, gVh):
+    """torch's svd_backward on the thin factors (linalg-contracts 2.7)."""
+    m, n = U.shape[-2], Vh.shape[-1]
+    k = S.shape[-1]
+    U, Vh = U[..., :k], Vh[..., :k, :]
+    gU = None if gU is None else gU[..., :k]
+    gVh = None if gVh is None else gVh[..., :k, :]
+    if gU is None and gVh is None:
+        return U @ (gS.unsqueeze(-1) * Vh) if m >= n else (U * gS.unsqueeze(-2)) @ Vh
+    J = None if gU is None else _skew(U.mH @ gU)
+    K = None if gVh is None else _skew(Vh @ gVh.mH)
+    if U.is_complex():
+        imag_J = torch.zeros_like(S) if J is None else J.diagonal(dim1=-2, dim2=-1).imag
+        imag_K = torch.zeros_like(S) if K is None else K.diagonal(dim1=-2, dim2=-1).imag
+        if not torch.allclose(imag_J, -imag_K, rtol=1e-2, atol=1e-2):
+            raise RuntimeError(
+                "svd_backward: The singular vectors in the complex case are specified up to multiplication "
+                "by e^{i phi}. The specified loss function depends on this phase term, making it ill-defined."
+            )
+    S2 = S * S
+    E = S2.unsqueeze(-2) - S2.unsqueeze(-1)
+    E.diagonal(dim1=-2, dim2=-1).fill_(1)
+    if J is not None and K is not None:
+        gA = (J * S.unsqueeze(-2) + S.unsqueeze(-1) * K) / E
+    elif J is not None:
+        gA = J / E * S.unsqueeze(-2)
+    else:
+        gA = S.unsqueeze(-1) * K / E
+    if gS is not None:
+        gA = gA + torch.diag_embed(gS.to(gA.dtype))
+    if U.is_complex() and J is not None and K is not None:
+        gA = gA + torch.diag_embed(J.diagonal(dim1=-2, dim2=-1) / (2 * S))
+    if m > n and gU is not None:
+        gA = U @ gA
+        gU_over_S = gU / S.unsqueeze(-2)
+        gA = (gA + gU_over_S - U @ (U.mH @ gU_over_S)) @ Vh
+    elif m < n and gVh is not None:
+        gA = gA @ Vh
+        gVh_over_S = gVh / S.unsqueeze(-1)
+        gA = U @ (gA + gVh_over_S - (gVh_over_S @ Vh.mH) @ Vh)
+    else:
+        gA = U @ (gA @ Vh)
+    return gA
+
+
+def _svd_setup(ctx, inputs, output):
+    ctx.save_for_backward(*output)
+
+
+def _svd_backward(ctx, gU, gS, gVh):
+    U, S, Vh = ctx.saved_tensors
+    return _svd_vjp(U, S, Vh, gU, gS, gVh), None
+
+
+_svd_op.register_autograd(_svd_backward, setup_context=_svd_setup)
+
+
+def _svd(A: torch.Tensor, full_matrices: bool):
+    return _dispatch.call(torch.ops.mpslinalg.svd, _svd_body, A, full_matrices)
+
+
+def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
+    """``(U, S, Vh)`` with A = U diag(S) Vh, like ``torch.linalg.svd``: S real,
+    descending; U and Vh with orthonormal columns and rows (m x m and n x n if
+    ``full_matrices``, else k = min(m, n) of them), also where A is rank-deficient.
+    One-sided Jacobi (LAPACK's sgesvj): small singular values to high relative
+    accuracy. Non-finite input gives NaN (as torch on CUDA). Singular vectors are
+    unique up to a sign (a phase for complex) per singular value; gradients as
+    torch's, which fail for losses that depend on that phase."""
+    if not _dispatch.has_kernels(A):
+        return torch.linalg.svd(A, full_matrices=full_matrices, driver=driver, out=out)
+    torch.linalg.svd(A.to("meta"), full_matrices=full_matrices)  # torch's errors
+    if driver is not None:
+        raise RuntimeError(
+            "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
+        )
+    U, S, Vh = _svd(A, full_matrices)
+    return torch.return_types.linalg_svd(_checks.into_each(out, (U, S, Vh)))
+
+
+def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
+    """The singular values of A, descending, like ``torch.linalg.svdvals``."""
+    if not _dispatch.has_kernels(A):
+        return torch.linalg.svdvals(A, driver=driver, out=out)
+    torch.linalg.svdvals(A.to("meta"))
+    if driver is not None:
+        raise RuntimeError(
+            "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
+        )
+    return _checks.into(out, _svd(A, False)[1])
+
+
+def _cutoff(S: torch.Tensor, atol, rtol, m: int, n: int) -> torch.Tensor:
+    """pinv's and matrix_rank's tolerance max(atol, rtol * sigma_max), per matrix (4.6)."""
+    eps = torch.finfo(S.dtype).eps
+    as_tensor = lambda x: torch.as_tensor(x, dtype=S.dtype, device=S.device) if x is not None else None
+    atol, rtol = as_tensor(atol), as_tensor(rtol)
+    if rtol is None:
+        rtol = torch.full((), max(m, n) * eps, dtype=S.dtype, device=S.device)
+        if atol is not None:
+            rtol = torch.where(atol > 0, torch.zeros_like(rtol), rtol)
+    if atol is None:
+        atol = torch.zeros((), dtype=S.dtype, device=S.device)
+    largest = S[..., :1] if S.shape[-1] else torch.zeros_like(S[..., :1])
+    return torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * largest)
+
+
+def _hermitian_from_lower(A: torch.Tensor) -> torch.Tensor:
+    """The Hermitian matrix whose lower triangle is A's (torch's hermitian=True reads no other)."""
+    lower = A.tril(-1)
+    diagonal = A.diagonal(dim1=-2, dim2=-1).real.to(A.dtype) if A.is_complex() else A.diagonal(dim1=-2, dim2=-1)
+    return lower + lower.mH + torch.diag_embed(diagonal)
+
+
+def _pinv_body(A: torch.Tensor, atol: torch.Tensor | None, rtol: torch.Tensor | None) -> torch.Tensor:
+    m, n = A.shape[-2:]
+    U, S, Vh = _svd(A, False)
+    keep = S > _cutoff(S, atol, rtol, m, n)
+    inverse = torch.where(keep, 1 / torch.where(keep, S, 1), 0)
+    return (Vh.mH * inverse.unsqueeze(-2).to(A.dtype)) @ U.mH
+
+
+_pinv_op = torch.library.custom_op("mpslinalg::pinv", mutates_args=())(_pinv_body)
+
+
+@_pinv_op.register_fake
+def _(A, atol, rtol):
+    return A.new_empty((*A.shape[:-2], A.shape[-1], A.shape[-2]))
+
+
+def _pinv_vjp(A: torch.Tensor, X: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """torch's pinv_backward: the gradient of A from that of X = A^+ (linalg-contracts 2.8)."""
+    m, n = A.shape[-2:]
+    if m <= n:
+        K = g.mH @ X
+        KXh = K @ X.mH
+        return -(X @ K).mH + KXh - A @ (X @ KXh) + (X.mH @ X) @ (g.mH - K @ A)
+    K = X @ g.mH
+    XXh = X @ X.mH
+    return -(K @ X).mH + (g.mH - A @ K) @ XXh + X.mH @ K - X.mH @ (K @ (X @ A))
+
+
+def _pinv_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], output)
+
+
+def _pinv_backward(ctx, g):
+    A, X = ctx.saved_tensors
+    return _pinv_vjp(A, X, g), None, None
+
+
+_pinv_op.register_autograd(_pinv_backward, setup_context=_pinv_setup)
+
+
+def _tolerance(x, A: torch.Tensor) -> torch.Tensor | None:
+    real = A.real.dtype if A.is_complex() else A.dtype
+    return None if x is None else torch.as_tensor(x, dtype=real, device=A.device)
+
+
+def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:
+    """The Moore-Penrose pseudoinverse, like ``torch.linalg.pinv``: V diag(1 / S) U^H
+    over the singular values above max(atol, rtol * S_max) (rtol defaults to
+    max(m, n) eps where atol is not positive; both may be tensors broadcast to the
+    batch). ``hermitian=True`` reads only A's lower triangle, as torch does.
+    Differentiable by torch's formula where the rank does not change."""
+    if not _dispatch.has_kernels(A):
+        return torch.linalg.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+    torch.linalg.pinv(A.to("meta"), hermitian=hermitian)
+    if hermitian:
+        A = _hermitian_from_lower(A)
+    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A))
+    return _checks.into(out, X)
+
+
+def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:
+    """The number of singular values above max(atol, rtol * S_max), like
+    ``torch.linalg.matrix_rank`` (int64, A's batch shape)."""
+    if not _dispatch.has_kernels(A):
+        return torch.linalg.matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+    torch.linalg.matrix_rank(A.to("meta"), hermitian=hermitian)
+    if hermitian:
+        A = _hermitian_from_lower(A)
+    m, n = A.shape[-2:]
+    S = svdvals(A)
+    rank = (S > _cutoff(S, _tolerance(atol, A), _tolerance(rtol, A), m, n)).sum(-1)
+    return _checks.into(out, rank)
+
+
+DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, driver: str | None = None):
+    """The least-squares (minimum-norm) solution of A X = B, like ``torch.linalg.lstsq``:
+    ``(solution, residuals, rank, singular_values)``, filled as torch fills them for
+    ``driver`` (default: 'gelsy' on the CPU, 'gels' elsewhere, as torch): rank for
+    all but gels, singular values for gelsd / gelss, residuals (squared column norms
+    of A X - B) where m > n and, except for gels, every matrix has full rank (gelsy
+    leaves them empty, as torch's does). Every driver solves through the SVD:
+    singular values at most rcond * S_max (default max(m, n) eps) count as zero,
+    so rank-deficient systems get the minimum-norm solution whatever the driver.
+    Differentiable by torch's formula (through the pseudoinverse)."""
+    if not _dispatch.has_kernels(A):
+        return torch.linalg.lstsq(A, B, rcond=rcond, driver=driver)
+    _check_lstsq(A, B, driver)
+    driver = driver or ("gelsy" if A.device.type == "cpu" else "gels")
+    vector = B.dim() == A.dim() - 1
+    Bm = B.unsqueeze(-1) if vector else B
+    m, n = A.shape[-2:]
+    batch = torch.broadcast_shapes(A.shape[:-2], Bm.shape[:-2])
+    A = A.expand(*batch, m, n)
+    Bm = Bm.expand(*batch, m, Bm.shape[-1])
+    real = A.real.dtype if A.is_complex() else A.dtype
+    rtol = _tolerance(max(m, n) * torch.finfo(real).eps if rcond is None else rcond, A)
+    S = svdvals(A.detach())
+    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, torch.zeros_like(rtol), rtol) @ Bm
+    rank = (S > rtol * S[..., :1]).sum(-1) if S.shape[-1] else torch.zeros(batch, dtype=torch.int64, device=A.device)
+    residuals = A.new_empty(0, dtype=real)
+    if m > n and driver != "gelsy" and (driver == "gels" or bool((rank == n).all())):
+        residuals = (A @ X - Bm).abs().square().sum(-2)
+    if driver == "gels":
+        rank = torch.empty(0, dtype=torch.int64, device=A.device)
+    singular_values = S if driver in ("gelsd", "gelss") else A.new_empty(0, dtype=real)
+    return torch.return_types.linalg_lstsq((X.squeeze(-1) if vector else X, residuals, rank, singular_values))
+
+
+def _check_lstsq(A: torch.Tensor, B: torch.Tensor, driver: str | None) -> None:
+    """torch.linalg.lstsq's errors."""
+    if A.dim() < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if A.dtype != B.dtype:
+        raise RuntimeError(
+            "torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+            f"input's dtype {_checks.type_name(A.dtype)} and other's dtype {_checks.type_name(B.dtype)}"
+        )
+    _checks.same_device(A, B)
+    vector = B.dim() == A.dim() - 1
+    if B.dim() < 1 or (B.shape[-1 if vector else -2] != A.shape[-2]):
+        raise RuntimeError(
+            "torch.linalg.lstsq: input.size(-2) should match other.size(-2)"
+            if not vector else "torch.linalg.lstsq: input.size(-2) should match other.size(-1)"
+        )
+    if driver is not None and driver not in DRIVERS:
+        raise RuntimeError(
+            "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)"
+        )
+    if driver not in (None, "gels") and A.device.type == "cuda":
+        raise RuntimeError("torch.linalg.lstsq: `driver` other than `gels` is not supported on CUDA")
