@@ -46,9 +46,17 @@ METAL_FUNC R lanes_sum_of(R x) {
   return lanes_sum<32>(x);
 }
 
+// |z| without squaring: the inner product of two columns near 1e-13 would
+// underflow as |re|^2 + |im|^2 in float32.
 template <typename R>
 METAL_FUNC R magnitude(complex_t<R> z) {
-  return sqrt(abs2(z));
+  const R big = fmax(fabs(z.re), fabs(z.im));
+  if (big == R(0)) {
+    return big;
+  }
+  const R re = z.re / big;
+  const R im = z.im / big;
+  return big * sqrt(fma(re, re, im * im));
 }
 
 // The unit-modulus factor of z != 0 (its sign for real z).
@@ -206,7 +214,8 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
       W[rank * N + r] = v[j][r];
     }
   }
-  // Zero singular values come last: complete their columns of U.
+  // Zero singular values come last: complete their columns of U. For n <= 3 some
+  // unit vector keeps at least 1/3 of its norm squared outside the columns before.
   for (int i = nonzero; i < N; ++i) {
     for (int k = 0; k < N; ++k) {
       T y[N];
@@ -393,52 +402,58 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
       lo = mid + 1;
     }
   }
-  // Their columns of U: unit vectors e_k, less their components along the columns
-  // before (twice), until one keeps a norm above 1/2. V's first row is scratch.
+  // Their columns of U: the unit vector e_k farthest from the span of the columns
+  // before (1 - sum_l |u_lk|^2 the largest, at least (n - i) / n), less its
+  // components along them, twice. The norms and V's first row are scratch.
   for (int i = lo; i < n; ++i) {
-    for (int k = 0; k < n; ++k) {
-      device T* y = U + long(i) * n;
-      for (int r = t; r < n; r += GROUP) {
-        T value = zero;
-        if (r == k) {
-          value = one;
-        }
-        for (int l = 0; l < i; ++l) {
-          value = multiply_subtract(value, U[long(l) * n + r], conj(U[long(l) * n + k]));
-        }
-        y[r] = value;
+    for (int r = t; r < n; r += GROUP) {
+      R outside = R(1);
+      for (int l = 0; l < i; ++l) {
+        outside -= abs2(U[long(l) * n + r]);
       }
-      threadgroup_barrier(mem_flags::mem_device);
-      for (int l = int(pos.simd_group); l < i; l += SIMDS) {
-        T c = zero;
-        for (int r = lane; r < n; r += 32) {
-          c = c + conj(U[long(l) * n + r]) * y[r];
-        }
-        c = lanes_sum_of(c);
-        if (lane == 0) {
-          V[l] = c;
-        }
+      sigma[r] = outside;
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    int k = 0;
+    for (int r = 1; r < n; ++r) {
+      k = sigma[r] > sigma[k] ? r : k;
+    }
+    device T* y = U + long(i) * n;
+    for (int r = t; r < n; r += GROUP) {
+      T value = zero;
+      if (r == k) {
+        value = one;
       }
-      threadgroup_barrier(mem_flags::mem_device);
-      R norm = R(0);
-      for (int r = t; r < n; r += GROUP) {
-        T value = y[r];
-        for (int l = 0; l < i; ++l) {
-          value = multiply_subtract(value, U[long(l) * n + r], V[l]);
-        }
-        y[r] = value;
-        norm += abs2(value);
+      for (int l = 0; l < i; ++l) {
+        value = multiply_subtract(value, U[long(l) * n + r], conj(U[long(l) * n + k]));
       }
-      norm = group_sum<R, GROUP>(norm, partial, pos);
-      threadgroup_barrier(mem_flags::mem_device);
-      if (norm > R(0.25)) {
-        const R scale = R(1) / sqrt(norm);
-        for (int r = t; r < n; r += GROUP) {
-          y[r] = scalar_traits<T>::from_real(scale) * y[r];
-        }
-        threadgroup_barrier(mem_flags::mem_device);
-        break;
+      y[r] = value;
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    for (int l = int(pos.simd_group); l < i; l += SIMDS) {
+      T c = zero;
+      for (int r = lane; r < n; r += 32) {
+        c = c + conj(U[long(l) * n + r]) * y[r];
+      }
+      c = lanes_sum_of(c);
+      if (lane == 0) {
+        V[l] = c;
       }
     }
+    threadgroup_barrier(mem_flags::mem_device);
+    R norm = R(0);
+    for (int r = t; r < n; r += GROUP) {
+      T value = y[r];
+      for (int l = 0; l < i; ++l) {
+        value = multiply_subtract(value, U[long(l) * n + r], V[l]);
+      }
+      y[r] = value;
+      norm += abs2(value);
+    }
+    const R scale = R(1) / sqrt(group_sum<R, GROUP>(norm, partial, pos));
+    for (int r = t; r < n; r += GROUP) {
+      y[r] = scalar_traits<T>::from_real(scale) * y[r];
+    }
+    threadgroup_barrier(mem_flags::mem_device);
   }
 }

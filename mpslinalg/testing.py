@@ -187,3 +187,21 @@ def qr_ratios(A: torch.Tensor, Q: torch.Tensor, R: torch.Tensor) -> tuple[float,
     residual = norm1(r - (qh @ a)[..., :rows, :]) / (max(1, m) * np.maximum(norm1(a), np.finfo(float).tiny) * e)
     orthogonality = norm1(np.eye(q.shape[-1]) - qh @ q) / (max(1, m) * e)
     return float(np.max(residual, initial=0)), float(np.max(orthogonality, initial=0))
+
+
+def svd_ratios(A: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> tuple[float, float, float, float]:
+    """LAPACK's sbdt01 / sort01 ratios and the singular values' error, the largest over the batch:
+    ||A - U S Vh||_1 / (max(m, n) ||A||_1 eps), ||I - U^H U||_1 / (m eps), ||I - Vh Vh^H||_1 /
+    (n eps), and max |S - S_ref| / (k S_max eps) against SciPy's on A as stored."""
+    a, u, s, vh = exact(A), exact(U), exact(S).real, exact(Vh)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    e = eps(A.dtype)
+    product = (u[..., :, :k] * s[..., None, :]) @ vh[..., :k, :]
+    residual = norm1(a - product) / (max(m, n, 1) * np.maximum(norm1(a), np.finfo(float).tiny) * e)
+    uu = norm1(np.eye(u.shape[-1]) - np.conj(np.swapaxes(u, -1, -2)) @ u) / (max(m, 1) * e)
+    vv = norm1(np.eye(vh.shape[-2]) - vh @ np.conj(np.swapaxes(vh, -1, -2))) / (max(n, 1) * e)
+    reference = np.array([scipy.linalg.svdvals(x) for x in a.reshape(-1, m, n)]).reshape(s.shape)
+    largest = np.maximum(reference[..., :1], np.finfo(float).tiny) if k else reference
+    values = np.abs(s - reference) / (max(k, 1) * largest * e) if k else np.zeros(1)
+    return tuple(float(np.max(r, initial=0)) for r in (residual, uu, vv, values))
