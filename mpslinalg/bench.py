@@ -8,7 +8,7 @@ leaves the device time alone. Effective bandwidth counts each input byte read
 once and each output byte written once; the fraction is of the device's
 memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
 
-Families: inv, triangular, lu.
+Families: inv, triangular, lu, qr, svd.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ BASELINES = (
     "torch.linalg.det",
     "torch.linalg.qr",
     "torch.geqrf",
+    "torch.linalg.svd",
 )
 
 # Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
@@ -69,8 +70,8 @@ def _synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def time_per_call(device: torch.device, call: Callable, loop: int = 20, repeats: int = 7) -> float:
-    for _ in range(3):
+def time_per_call(device: torch.device, call: Callable, loop: int = 20, repeats: int = 7, warmup: int = 3) -> float:
+    for _ in range(warmup):
         call()
     _synchronize(device)
     samples = []
@@ -114,15 +115,18 @@ def time_graph_replay(call: Callable, loop: int = 20, repeats: int = 7) -> float
     return time_per_call(torch.device("cuda"), graph.replay, loop=1, repeats=repeats) / loop
 
 
-def measure(family: str, case: str, rows: list[tuple[str, Callable, int]], device: torch.device, **timing) -> list[Result]:
-    """A row per (name, call, bytes), and on CUDA a "(graph)" row beside each call that a
-    CUDA graph can capture, so that every implementation is also timed without its host overhead."""
+def measure(
+    family: str, case: str, rows: list[tuple[str, Callable, int]], device: torch.device, graph: bool = True, **timing
+) -> list[Result]:
+    """A row per (name, call, bytes), and on CUDA (unless ``graph`` is False: calls of
+    seconds) a "(graph)" row beside each call that a CUDA graph can capture, so that
+    every implementation is also timed without its host overhead."""
     results = []
     for name, call, nbytes in rows:
         results.append(Result(family, case, name, time_per_call(device, call, **timing), nbytes))
         # JAX launches on streams of its own, which a capture under torch's global
         # capture mode leaves in an error state for every later JAX call.
-        if device.type == "cuda" and not name.startswith("jax."):
+        if graph and device.type == "cuda" and not name.startswith("jax."):
             replay = time_graph_replay(call, **timing)
             if replay is not None:
                 results.append(Result(family, case, name + " (graph)", replay, nbytes))
@@ -332,7 +336,56 @@ def _qr_cases(A: torch.Tensor, jax_qr) -> list:
     return rows
 
 
-FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr}
+def _jax_svd(sample: torch.Tensor):
+    """jnp.linalg.svd (reduced) on a CUDA tensor, as _jax_qr."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        def call(A):
+            return jax.block_until_ready(jnp.linalg.svd(jax.dlpack.from_dlpack(A), full_matrices=False))
+
+        call(sample)
+        return call
+    except Exception:  # JAX missing, without a GPU, or failing beside torch
+        return None
+
+
+def bench_svd(device: torch.device, batch: int) -> list[Result]:
+    """svd (reduced) on 2^20 3x3 matrices (geometry), 10^4 small ones, 10^3 tall 256x64 and
+    one 1024x1024, against torch.linalg.svd (its default driver, and gesvd on CUDA where a
+    call takes under seconds) and, where importable, JAX. Each call of the slow peers
+    takes seconds: one warm-up call, one timed, no graph rows."""
+    results = []
+    small = device.type == "cpu"
+    cases = [(2**20 if not small else 4096, 3, 3), (10_000, 8, 8), (10_000, 32, 32), (10_000, 64, 64), (1000, 256, 64)]
+    if not small:
+        cases.append((1, 1024, 1024))
+    jax_svd = _jax_svd(torch.randn(4, 8, 8, device=device)) if device.type == "cuda" else None
+    for dtype in (torch.float32, torch.complex64):
+        kind = str(dtype).removeprefix("torch.")
+        for count, m, n in cases:
+            if small:
+                count = min(count, 256)
+            A = torch.randn(count, m, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(m))
+            k = min(m, n)
+            item = A.element_size()
+            nbytes = count * (m * n + m * k + k * n) * item + count * k * item // (2 if dtype.is_complex else 1)
+            rows = [
+                ("mpslinalg.svd", lambda: LA.svd(A, full_matrices=False), nbytes),
+                ("torch.linalg.svd", lambda: torch.linalg.svd(A, full_matrices=False), nbytes),
+            ]
+            if device.type == "cuda" and count * n <= 10_000 * 8:
+                rows.append(("torch.linalg.svd driver=gesvd", lambda: torch.linalg.svd(A, full_matrices=False, driver="gesvd"), nbytes))
+            if jax_svd is not None:
+                rows.append(("jax.numpy.linalg.svd", lambda: jax_svd(A), nbytes))
+            shape = f"{count} x {m}x{n}" if count > 1 else f"{m}x{n}"
+            results += measure("svd", f"{shape} {kind}", rows, device, graph=False, loop=1, repeats=1, warmup=1)
+    return results
+
+
+FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:

@@ -91,6 +91,7 @@ def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
         results += _triangular_rows(device, dtype, rng)
         results += _lu_rows(device, dtype, rng)
         results += _qr_rows(device, dtype, rng)
+        results += _svd_rows(device, dtype, rng)
         singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
         _, seconds = _timed(device, lambda: LA.inv_ex(singular))
         results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
@@ -190,6 +191,27 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
         ratio = (error / (m * torch.linalg.matrix_norm(c, 1) * testing.eps(dtype))).max().item()
         flags = ("left" if left else "right") + (" Q^H" if transpose else " Q")
         results.append(Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked"))
+    return results
+
+
+def _svd_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+    """svd: sbdt01's residual, sort01's orthogonality of U and V, and the singular values
+    against SciPy's; pinv by its first Moore-Penrose condition, ||A X A - A||_1 /
+    (max(m, n) ||A||_1^2 ||X||_1 eps), the rounding of the product itself."""
+    results = []
+    name = str(dtype).removeprefix("torch.")
+    for count, m, n in [(4096, 3, 3), (500, 8, 8), (50, 32, 32), (20, 64, 64), (20, 100, 30), (20, 30, 100)]:
+        A = torch.from_numpy(np.asarray(rng.standard_normal((count, m, n)))).to(dtype).to(device)
+        via = "one thread a matrix" if min(m, n) <= 3 else "Jacobi" + (", QR first" if m != n else "")
+        (U, S, Vh), seconds = _timed(device, lambda: LA.svd(A))
+        ratios = testing.svd_ratios(A.cpu(), U.cpu(), S.cpu(), Vh.cpu())
+        for what, ratio in zip(("residual", "U orthogonality", "V orthogonality", "singular values"), ratios):
+            results.append(Row("svd", name, f"{count}x{m}x{n} {what}", ratio, testing.THRESHOLD, seconds, via))
+        X, seconds = _timed(device, lambda: LA.pinv(A))
+        a, x = torch.from_numpy(testing.exact(A)), torch.from_numpy(testing.exact(X))
+        norm = lambda M: torch.linalg.matrix_norm(M, 1)
+        error = norm(a @ x @ a - a) / (max(m, n) * norm(a) ** 2 * norm(x) * testing.eps(dtype))
+        results.append(Row("pinv", name, f"{count}x{m}x{n} AXA = A", error.max().item(), testing.THRESHOLD, seconds, via))
     return results
 
 
