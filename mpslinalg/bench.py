@@ -105,7 +105,9 @@ def time_graph_replay(call: Callable, loop: int = 20, repeats: int = 7) -> float
         graph = torch.cuda.CUDAGraph()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with torch.cuda.graph(graph):
+            # thread_local: a capture in the global mode fails the CUDA calls that another
+            # library's threads make meanwhile (JAX's, which then stay failed).
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 for _ in range(loop):
                     call()
     except Exception:
