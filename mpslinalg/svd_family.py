@@ -199,21 +199,35 @@ def _svd(A: torch.Tensor, full_matrices: bool):
     return _dispatch.call(torch.ops.mpslinalg.svd, _svd_body, A, full_matrices)
 
 
+SVD_DRIVERS = ("gesvd", "gesvdj", "gesvda")
+
+
+def _check_driver(A: torch.Tensor, driver: str | None) -> None:
+    """torch takes ``driver`` on CUDA only (cuSOLVER's); there every driver name
+    it knows runs the same Jacobi kernels."""
+    if driver is None:
+        return
+    if A.device.type != "cuda":
+        raise RuntimeError(
+            "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
+        )
+    if driver not in SVD_DRIVERS:
+        raise RuntimeError(f"torch.linalg.svd: unknown driver {driver!r}; expected one of {SVD_DRIVERS} or None")
+
+
 def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
     """``(U, S, Vh)`` with A = U diag(S) Vh, like ``torch.linalg.svd``: S real,
     descending; U and Vh with orthonormal columns and rows (m x m and n x n if
     ``full_matrices``, else k = min(m, n) of them), also where A is rank-deficient.
     One-sided Jacobi (LAPACK's sgesvj): small singular values to high relative
-    accuracy. Non-finite input gives NaN (as torch on CUDA). Singular vectors are
+    accuracy. ``driver`` (CUDA only, as torch) is accepted and changes nothing.
+    Non-finite input gives NaN (as torch on CUDA). Singular vectors are
     unique up to a sign (a phase for complex) per singular value; gradients as
     torch's, which fail for losses that depend on that phase."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.svd(A, full_matrices=full_matrices, driver=driver, out=out)
     torch.linalg.svd(A.to("meta"), full_matrices=full_matrices)  # torch's errors
-    if driver is not None:
-        raise RuntimeError(
-            "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
-        )
+    _check_driver(A, driver)
     U, S, Vh = _svd(A, full_matrices)
     return torch.return_types.linalg_svd(_checks.into_each(out, (U, S, Vh)))
 
@@ -223,10 +237,7 @@ def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
     if not _dispatch.has_kernels(A):
         return torch.linalg.svdvals(A, driver=driver, out=out)
     torch.linalg.svdvals(A.to("meta"))
-    if driver is not None:
-        raise RuntimeError(
-            "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
-        )
+    _check_driver(A, driver)
     return _checks.into(out, _svd(A, False)[1])
 
 

@@ -156,6 +156,19 @@ def test_errors_match_torch(device):
         assert str(got.value) == str(expected.value)
 
 
+def test_driver_only_on_cuda(device):
+    A = gaussian((2, 4, 4), torch.float32).to(device)
+    if device.type == "cuda":
+        for driver in family.SVD_DRIVERS:
+            torch.testing.assert_close(LA.svdvals(A, driver=driver), LA.svdvals(A))
+        return
+    with pytest.raises(RuntimeError) as expected:
+        torch.linalg.svd(A, driver="gesvd")
+    with pytest.raises(RuntimeError) as got:
+        LA.svd(A, driver="gesvd")
+    assert str(got.value) == str(expected.value)
+
+
 def test_kernel_choice(device, monkeypatch):
     launched = []
     real = family.launch
