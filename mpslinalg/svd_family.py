@@ -134,6 +134,11 @@ def _(A, full_matrices):
     return A.new_empty((*batch, m, u_columns)), A.new_empty((*batch, k), dtype=real), A.new_empty((*batch, v_rows, n))
 
 
+@_svd_op.register_vmap
+def _(info, in_dims, A, full_matrices):
+    return torch.ops.mpslinalg.svd(A.movedim(in_dims[0], 0), full_matrices), (0, 0, 0)
+
+
 def _skew(M: torch.Tensor) -> torch.Tensor:
     return M - M.mH
 
@@ -277,6 +282,14 @@ _pinv_op = torch.library.custom_op("mpslinalg::pinv", mutates_args=())(_pinv_bod
 @_pinv_op.register_fake
 def _(A, atol, rtol):
     return A.new_empty((*A.shape[:-2], A.shape[-1], A.shape[-2]))
+
+
+@_pinv_op.register_vmap
+def _(info, in_dims, A, atol, rtol):
+    A = A.movedim(in_dims[0], 0) if in_dims[0] is not None else A.expand(info.batch_size, *A.shape)
+    # A batched tolerance is one per vmapped matrix: it broadcasts over A's own batch dims.
+    spread = lambda x, d: x if x is None or d is None else x.movedim(d, 0).reshape(-1, *[1] * (A.dim() - 3))
+    return torch.ops.mpslinalg.pinv(A, spread(atol, in_dims[1]), spread(rtol, in_dims[2])), 0
 
 
 def _pinv_vjp(A: torch.Tensor, X: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

@@ -311,3 +311,34 @@ def test_lstsq_errors_match_torch(device):
         with pytest.raises(RuntimeError) as got:
             LA.lstsq(A, B, **kwargs)
         assert str(got.value) == str(expected.value)
+
+
+def test_vmap_matches_torch(device):
+    A = gaussian((3, 2, 5, 4), torch.float64).to(device)
+    for ours, theirs in [(LA.svdvals, torch.linalg.svdvals), (LA.pinv, torch.linalg.pinv),
+                         (lambda A: LA.svd(A, full_matrices=False)[0].abs(), lambda A: torch.linalg.svd(A, full_matrices=False)[0].abs())]:
+        torch.testing.assert_close(torch.func.vmap(ours)(A).cpu(), torch.func.vmap(theirs)(A.cpu()))
+    rtol = torch.tensor([0.5, 0.1, 0.01], dtype=torch.float64)
+    torch.testing.assert_close(
+        torch.func.vmap(lambda A, r: LA.pinv(A, rtol=r))(A, rtol.to(device)).cpu(),
+        torch.func.vmap(lambda A, r: torch.linalg.pinv(A, rtol=r))(A.cpu(), rtol),
+    )
+
+
+def test_compiles_without_graph_breaks(device, monkeypatch):
+    torch._dynamo.reset()
+    launched = []
+    real = family.launch
+    monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    A = torch.stack([with_singular_values(6, 4, np.linspace(3, 1, 4), torch.float32) for _ in range(3)])
+    A = A.to(device).requires_grad_()
+
+    def f(A):
+        U, S, Vh = LA.svd(A, full_matrices=False)
+        return (U @ Vh).sum() + S.sum() + LA.svdvals(A).sum() + LA.pinv(A).sum() + LA.lstsq(A, A[..., :2]).solution.sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    y = compiled(A)
+    y.backward()
+    torch.testing.assert_close(y, f(A))
+    assert "svd_jacobi" in launched, "the compiled graph runs the kernels"
