@@ -256,6 +256,227 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
   }
 }
 
+// Step of the round-robin ordering for a team of H lanes, each holding two
+// columns (top, bottom) of N elements: lane 0's top stays, every other column
+// moves one place around the circle t1 .. t_{H-1}, b_{H-1} .. b0.
+template <typename T, int N, int H>
+METAL_FUNC void next_round(thread T (&top)[N], thread T (&bottom)[N], int member, int lane) {
+  const ushort left = ushort(member == 0 ? lane : lane - 1);
+  const ushort right = ushort(member == H - 1 ? lane : lane + 1);
+  #pragma unroll
+  for (int r = 0; r < N; ++r) {
+    const T old_top = top[r];
+    T send = top[r];
+    if (member == 0) {
+      send = bottom[r];
+    }
+    const T from_left = simd_shuffle(send, left);
+    const T from_right = simd_shuffle(bottom[r], right);
+    if (member != 0) {
+      top[r] = from_left;
+    }
+    bottom[r] = from_right;
+    if (member == H - 1) {
+      bottom[r] = old_top;
+    }
+  }
+}
+
+// sgesvj on an n x n matrix, n <= N, a team of H = N / 2 lanes per matrix, all
+// in registers: lane i holds two columns of X and the same two of V, the pair it
+// rotates this round, and the round-robin ordering moves columns between lanes by
+// shuffles, so a rotation touches no memory and needs no barrier. Columns n..N-1
+// are zero and never rotate. A SIMD group's teams sweep until none rotates (a
+// team that has converged rotates nothing more), so its shuffles stay uniform.
+//   a: count x n x n (rows: X's columns); u, w: count x n x n; s: count x n.
+template <typename T, int N, int GROUP>
+METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar_traits<T>::real* s, device T* w,
+                          int n, int count, thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const int H = N / 2;
+  const int lane = int(pos.simd_lane);
+  const int member = lane % H;
+  const long matrix = (long(pos.group_index) * GROUP + pos.thread_index) / H;
+  const bool exists = matrix < count;
+  const long nn = long(n) * n;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  const T one = scalar_traits<T>::from_real(R(1));
+  T top[N];
+  T bottom[N];
+  T v_top[N];
+  T v_bottom[N];
+  int id_top = member;  // which of X's columns each slot holds
+  int id_bottom = member + H;
+  #pragma unroll
+  for (int r = 0; r < N; ++r) {
+    top[r] = zero;
+    bottom[r] = zero;
+    v_top[r] = zero;
+    v_bottom[r] = zero;
+    if (exists && r < n) {
+      if (id_top < n) {
+        top[r] = a[matrix * nn + id_top * n + r];
+      }
+      if (id_bottom < n) {
+        bottom[r] = a[matrix * nn + id_bottom * n + r];
+      }
+    }
+    if (r == id_top && r < n) {
+      v_top[r] = one;
+    }
+    if (r == id_bottom && r < n) {
+      v_bottom[r] = one;
+    }
+  }
+  const R tolerance = sqrt(R(n)) * unit_roundoff<R>();
+  for (int sweep = 0; sweep < JACOBI_SWEEPS; ++sweep) {
+    R rotated = R(0);
+    for (int round = 0; round < N - 1; ++round) {
+      R alpha = R(0);
+      R beta = R(0);
+      T gamma = zero;
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        alpha += abs2(top[r]);
+        beta += abs2(bottom[r]);
+        gamma = gamma + conj(top[r]) * bottom[r];
+      }
+      const jacobi_rotation<T> j = rotation_for(alpha, beta, gamma, tolerance);
+      if (j.rotates) {
+        rotated = R(1);
+        #pragma unroll
+        for (int r = 0; r < N; ++r) {
+          rotate(top[r], bottom[r], j);
+          rotate(v_top[r], v_bottom[r], j);
+        }
+      }
+      next_round<T, N, H>(top, bottom, member, lane);
+      next_round<T, N, H>(v_top, v_bottom, member, lane);
+      const int left = simd_shuffle(member == 0 ? id_bottom : id_top, ushort(member == 0 ? lane : lane - 1));
+      const int right = simd_shuffle(id_bottom, ushort(member == H - 1 ? lane : lane + 1));
+      const int old_top = id_top;
+      id_top = member == 0 ? id_top : left;
+      id_bottom = member == H - 1 ? old_top : right;
+    }
+    if (lanes_sum<32>(rotated) == R(0)) {
+      break;
+    }
+  }
+  R sigma_top = R(0);
+  R sigma_bottom = R(0);
+  #pragma unroll
+  for (int r = 0; r < N; ++r) {
+    sigma_top += abs2(top[r]);
+    sigma_bottom += abs2(bottom[r]);
+  }
+  sigma_top = sqrt(sigma_top);
+  sigma_bottom = sqrt(sigma_bottom);
+  // Ranks among the team's n columns.
+  int rank_top = 0;
+  int rank_bottom = 0;
+  const int first = lane - member;
+  for (int k = 0; k < H; ++k) {
+    const R other_top = simd_shuffle(sigma_top, ushort(first + k));
+    const R other_bottom = simd_shuffle(sigma_bottom, ushort(first + k));
+    const int other_id_top = simd_shuffle(id_top, ushort(first + k));
+    const int other_id_bottom = simd_shuffle(id_bottom, ushort(first + k));
+    if (other_id_top < n) {
+      rank_top += comes_before(other_top, other_id_top, sigma_top, id_top) ? 1 : 0;
+      rank_bottom += comes_before(other_top, other_id_top, sigma_bottom, id_bottom) ? 1 : 0;
+    }
+    if (other_id_bottom < n) {
+      rank_top += comes_before(other_bottom, other_id_bottom, sigma_top, id_top) ? 1 : 0;
+      rank_bottom += comes_before(other_bottom, other_id_bottom, sigma_bottom, id_bottom) ? 1 : 0;
+    }
+  }
+  device T* U = u + matrix * nn;
+  device T* W = w + matrix * nn;
+  if (exists) {
+    if (id_top < n) {
+      s[matrix * n + rank_top] = sigma_top;
+    }
+    if (id_bottom < n) {
+      s[matrix * n + rank_bottom] = sigma_bottom;
+    }
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      if (r < n && id_top < n) {
+        T normalized = zero;
+        if (sigma_top != R(0)) {
+          normalized = top[r] / scalar_traits<T>::from_real(sigma_top);
+        }
+        U[long(rank_top) * n + r] = normalized;
+        W[long(rank_top) * n + r] = v_top[r];
+      }
+      if (r < n && id_bottom < n) {
+        T normalized = zero;
+        if (sigma_bottom != R(0)) {
+          normalized = bottom[r] / scalar_traits<T>::from_real(sigma_bottom);
+        }
+        U[long(rank_bottom) * n + r] = normalized;
+        W[long(rank_bottom) * n + r] = v_bottom[r];
+      }
+    }
+  }
+  const R zeros = lanes_sum<H>(R((id_top < n && sigma_top == R(0)) ? 1 : 0) +
+                               R((id_bottom < n && sigma_bottom == R(0)) ? 1 : 0));
+  simdgroup_barrier(mem_flags::mem_device);  // the team's columns of U, for its first lane
+  if (exists && member == 0 && zeros > R(0)) {
+    // As svd_jacobi: from the unit vector farthest from the span, twice.
+    for (int i = n - int(zeros); i < n; ++i) {
+      int k = 0;
+      R farthest = R(-1);
+      for (int c = 0; c < n; ++c) {
+        R outside = R(1);
+        for (int l = 0; l < i; ++l) {
+          outside -= abs2(U[long(l) * n + c]);
+        }
+        if (outside > farthest) {
+          farthest = outside;
+          k = c;
+        }
+      }
+      T y[N];
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        y[r] = zero;
+        if (r == k) {
+          y[r] = one;
+        }
+      }
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int l = 0; l < i; ++l) {
+          T c = zero;
+          #pragma unroll
+          for (int r = 0; r < N; ++r) {
+            if (r < n) {
+              c = c + conj(U[long(l) * n + r]) * y[r];
+            }
+          }
+          #pragma unroll
+          for (int r = 0; r < N; ++r) {
+            if (r < n) {
+              y[r] = multiply_subtract(y[r], U[long(l) * n + r], c);
+            }
+          }
+        }
+      }
+      R norm = R(0);
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        norm += abs2(y[r]);
+      }
+      const R scale = R(1) / sqrt(norm);
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        if (r < n) {
+          U[long(i) * n + r] = scalar_traits<T>::from_real(scale) * y[r];
+        }
+      }
+    }
+  }
+}
+
 // The sum over a threadgroup of GROUP threads, for every thread: each SIMD
 // group's through partial (GROUP / 32 entries). Barriers before and after.
 template <typename R, int GROUP>

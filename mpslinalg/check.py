@@ -17,7 +17,7 @@ import torch
 
 import mpslinalg as LA
 
-from . import testing
+from . import svd_family, testing
 from ._dispatch import backends, use_backend
 from .inverse import SMALL
 from .lu_family import SIZES as LU_SIZES
@@ -202,7 +202,9 @@ def _svd_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
     name = str(dtype).removeprefix("torch.")
     for count, m, n in [(4096, 3, 3), (500, 8, 8), (50, 32, 32), (20, 64, 64), (20, 100, 30), (20, 30, 100)]:
         A = torch.from_numpy(np.asarray(rng.standard_normal((count, m, n)))).to(dtype).to(device)
-        via = "one thread a matrix" if min(m, n) <= 3 else "Jacobi" + (", QR first" if m != n else "")
+        k = min(m, n)
+        via = "a thread" if k <= 3 else "registers" if svd_family._pair_size(k, dtype) else "threadgroup"
+        via += " a matrix" + (", QR first" if m != n else "")
         (U, S, Vh), seconds = _timed(device, lambda: LA.svd(A))
         ratios = testing.svd_ratios(A.cpu(), U.cpu(), S.cpu(), Vh.cpu())
         for what, ratio in zip(("residual", "U orthogonality", "V orthogonality", "singular values"), ratios):

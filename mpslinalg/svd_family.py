@@ -41,7 +41,21 @@ SVD_TINY = Kernel(
     template=lambda N: (N, TINY_GROUP),
 )
 
-JACOBI_GROUPS = (64, 256, 1024)  # threads per matrix, by the number of column pairs
+PAIR_SIZES = (8, 16, 32)  # N: matrices up to N x N, N / 2 lanes each
+PAIR_GROUP = 64
+
+SVD_PAIRS = Kernel(
+    function="svd_pairs",
+    source="svd.metal",
+    args=(Buffer("a", const=True), Buffer("u"), Buffer("s", "R"), Buffer("w"), Scalar("n"), Scalar("count")),
+    instances=tuple({"N": n} for n in PAIR_SIZES),
+    group_size=PAIR_GROUP,
+    template=lambda N: (N, PAIR_GROUP),
+    # Four columns of N a lane in registers: complex N = 32 would spill.
+    where=lambda dtype, N: not dtype.is_complex or N <= 16,
+)
+
+JACOBI_GROUPS = (512, 1024)  # threads per matrix, by the number of column pairs (fewer go to svd_pairs)
 
 SVD_JACOBI = Kernel(
     function="svd_jacobi",
@@ -62,6 +76,11 @@ def _jacobi_group(n: int) -> int:
     return next((g for g in JACOBI_GROUPS if pairs <= g // 32), JACOBI_GROUPS[-1])
 
 
+def _pair_size(n: int, dtype: torch.dtype) -> int:
+    """The N of the svd_pairs instance for n x n, or 0 if none applies."""
+    return next((size for size in PAIR_SIZES if n <= size and SVD_PAIRS.exists(dtype, N=size)), 0)
+
+
 def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says."""
     count, n, _ = X.shape
@@ -72,6 +91,11 @@ def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
         for start, stop in pieces(count):
             launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), a[start:stop], u[start:stop], s[start:stop],
                    w[start:stop], stop - start, N=n)
+    elif (size := _pair_size(n, X.dtype)):
+        per_group = PAIR_GROUP // (size // 2)
+        for start, stop in pieces(count):
+            launch(SVD_PAIRS, groups_for(stop - start, per_group), a[start:stop], u[start:stop], s[start:stop],
+                   w[start:stop], n, stop - start, N=size)
     else:
         v, norms = torch.empty_like(a), torch.empty_like(s)
         for start, stop in pieces(count):

@@ -18,10 +18,11 @@ from mpslinalg.testing import THRESHOLD, eps, exact, haar, svd_ratios
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(11)
-# The one-thread kernel's n <= 3; the threadgroup kernel's group sizes (up to 4, 16 and
-# past 32 pairs); tall (QR first) and wide (transposed) shapes; vectors.
-SHAPES = [(1, 1), (2, 2), (3, 3), (3, 2), (2, 3), (1, 4), (4, 1), (4, 4), (7, 7), (8, 5), (5, 8), (17, 17),
-          (33, 33), (40, 12), (12, 40), (70, 66), (130, 3)]
+# The one-thread kernel's n <= 3, the register kernel's N = 8, 16, 32 (complex: 8, 16)
+# with n below and at N, the threadgroup kernel past them; tall (QR first) and wide
+# (transposed) shapes; vectors.
+SHAPES = [(1, 1), (2, 2), (3, 3), (3, 2), (2, 3), (1, 4), (4, 1), (4, 4), (7, 7), (8, 5), (5, 8), (16, 16), (17, 17),
+          (32, 32), (33, 33), (40, 12), (12, 40), (70, 66), (130, 3)]
 
 
 def gaussian(shape, dtype, scale=1.0):
@@ -90,7 +91,7 @@ def test_graded_matrices_keep_relative_accuracy(device, m, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
-@pytest.mark.parametrize("m,n", [(3, 3), (2, 3), (6, 6), (20, 8), (8, 20), (33, 33)])
+@pytest.mark.parametrize("m,n", [(3, 3), (2, 3), (6, 6), (20, 8), (8, 20), (16, 16), (30, 30), (33, 33)])
 def test_rank_deficient_zero_and_repeated(device, m, n, dtype):
     k = min(m, n)
     cases = [
@@ -173,10 +174,14 @@ def test_kernel_choice(device, monkeypatch):
     launched = []
     real = family.launch
     monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append((kernel.function, k)), real(kernel, *a, **k)))
-    for shape, expected in [((3, 3), ("svd_tiny", {"N": 3})), ((5, 2), ("svd_tiny", {"N": 2})),
-                            ((4, 4), ("svd_jacobi", {"GROUP": 64})), ((12, 12), ("svd_jacobi", {"GROUP": 256})), ((40, 40), ("svd_jacobi", {"GROUP": 1024}))]:
+    for shape, dtype, expected in [
+        ((3, 3), torch.float32, ("svd_tiny", {"N": 3})), ((5, 2), torch.float32, ("svd_tiny", {"N": 2})),
+        ((4, 4), torch.float32, ("svd_pairs", {"N": 8})), ((12, 12), torch.complex64, ("svd_pairs", {"N": 16})),
+        ((40, 20), torch.float32, ("svd_pairs", {"N": 32})), ((20, 20), torch.complex64, ("svd_jacobi", {"GROUP": 512})),
+        ((40, 40), torch.float32, ("svd_jacobi", {"GROUP": 1024})),
+    ]:
         launched.clear()
-        LA.svd(gaussian(shape, torch.float32).to(device))
+        LA.svd(gaussian(shape, dtype).to(device))
         assert launched[-1] == expected
 
 
@@ -341,4 +346,4 @@ def test_compiles_without_graph_breaks(device, monkeypatch):
     y = compiled(A)
     y.backward()
     torch.testing.assert_close(y, f(A))
-    assert "svd_jacobi" in launched, "the compiled graph runs the kernels"
+    assert "svd_pairs" in launched, "the compiled graph runs the kernels"
