@@ -170,6 +170,30 @@ METAL_FUNC void set_element(thread T (&x)[N], int b, int jj, T value) {
   }
 }
 
+// An element read from or written to device memory. A complex value moves as its
+// two parts: the Metal check's clang (tests/metal_check.py) has no copy of a
+// struct between address spaces.
+template <typename T>
+METAL_FUNC T load(const device T* p) {
+  return *p;
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> load(const device complex_t<R>* p) {
+  return {p->re, p->im};
+}
+
+template <typename T>
+METAL_FUNC void store(device T* p, T value) {
+  *p = value;
+}
+
+template <typename R>
+METAL_FUNC void store(device complex_t<R>* p, complex_t<R> value) {
+  p->re = value.re;
+  p->im = value.im;
+}
+
 // |re| + |im|: the magnitude LAPACK's isamax/icamax compare when pivoting.
 template <typename R>
 METAL_FUNC R abs1(R x) {

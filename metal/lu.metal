@@ -824,20 +824,20 @@ METAL_FUNC void lu_block_row_by_columns(device T* a, const device int* pivots, i
   for (int f = 0; f < PANEL_WIDTH; ++f) {
     l[f] = zero;
     if (solves && f < e && e < w) {
-      l[f] = A[long(j0 + e) * rs + long(j0 + f) * column_stride];
+      l[f] = load(A + long(j0 + e) * rs + long(j0 + f) * column_stride);
     }
   }
   T value = zero;
   T moved = zero;
   if (e < w) {
-    value = line[long(j0 + source) * rs];
+    value = load(line + long(j0 + source) * rs);
   }
   if (below >= 0) {
-    moved = line[long(j0 + below_source) * rs];
+    moved = load(line + long(j0 + below_source) * rs);
   }
   simdgroup_barrier(mem_flags::mem_device);  // every read before any write
   if (below >= 0) {
-    line[long(j0 + below) * rs] = moved;
+    store(line + long(j0 + below) * rs, moved);
   }
   if (solves) {
     #pragma unroll
@@ -849,7 +849,7 @@ METAL_FUNC void lu_block_row_by_columns(device T* a, const device int* pivots, i
     }
   }
   if (e < w) {
-    line[long(j0 + e) * rs] = value;
+    store(line + long(j0 + e) * rs, value);
   }
 }
 

@@ -146,7 +146,7 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
   for (int j = 0; j < N; ++j) {
     #pragma unroll
     for (int r = 0; r < N; ++r) {
-      x[j][r] = a[matrix * N * N + j * N + r];
+      x[j][r] = load(a + matrix * N * N + j * N + r);
       v[j][r] = zero;
     }
     v[j][j] = one;
@@ -210,8 +210,8 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
       if (sigma[j] != R(0)) {
         normalized = x[j][r] / scalar_traits<T>::from_real(sigma[j]);
       }
-      U[rank * N + r] = normalized;
-      W[rank * N + r] = v[j][r];
+      store(U + rank * N + r, normalized);
+      store(W + rank * N + r, v[j][r]);
     }
   }
   // Zero singular values come last: complete their columns of U. For n <= 3 some
@@ -231,11 +231,11 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
           T c = zero;
           #pragma unroll
           for (int r = 0; r < N; ++r) {
-            c = c + conj(U[l * N + r]) * y[r];
+            c = c + conj(load(U + l * N + r)) * y[r];
           }
           #pragma unroll
           for (int r = 0; r < N; ++r) {
-            y[r] = multiply_subtract(y[r], U[l * N + r], c);
+            y[r] = multiply_subtract(y[r], load(U + l * N + r), c);
           }
         }
       }
@@ -248,7 +248,7 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
         norm = sqrt(norm);
         #pragma unroll
         for (int r = 0; r < N; ++r) {
-          U[i * N + r] = y[r] / scalar_traits<T>::from_real(norm);
+          store(U + i * N + r, y[r] / scalar_traits<T>::from_real(norm));
         }
         break;
       }
@@ -315,10 +315,10 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
     v_bottom[r] = zero;
     if (exists && r < n) {
       if (id_top < n) {
-        top[r] = a[matrix * nn + id_top * n + r];
+        top[r] = load(a + matrix * nn + id_top * n + r);
       }
       if (id_bottom < n) {
-        bottom[r] = a[matrix * nn + id_bottom * n + r];
+        bottom[r] = load(a + matrix * nn + id_bottom * n + r);
       }
     }
     if (r == id_top && r < n) {
@@ -405,16 +405,16 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
         if (sigma_top != R(0)) {
           normalized = top[r] / scalar_traits<T>::from_real(sigma_top);
         }
-        U[long(rank_top) * n + r] = normalized;
-        W[long(rank_top) * n + r] = v_top[r];
+        store(U + long(rank_top) * n + r, normalized);
+        store(W + long(rank_top) * n + r, v_top[r]);
       }
       if (r < n && id_bottom < n) {
         T normalized = zero;
         if (sigma_bottom != R(0)) {
           normalized = bottom[r] / scalar_traits<T>::from_real(sigma_bottom);
         }
-        U[long(rank_bottom) * n + r] = normalized;
-        W[long(rank_bottom) * n + r] = v_bottom[r];
+        store(U + long(rank_bottom) * n + r, normalized);
+        store(W + long(rank_bottom) * n + r, v_bottom[r]);
       }
     }
   }
@@ -429,7 +429,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
       for (int c = 0; c < n; ++c) {
         R outside = R(1);
         for (int l = 0; l < i; ++l) {
-          outside -= abs2(U[long(l) * n + c]);
+          outside -= abs2(load(U + long(l) * n + c));
         }
         if (outside > farthest) {
           farthest = outside;
@@ -450,13 +450,13 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
           #pragma unroll
           for (int r = 0; r < N; ++r) {
             if (r < n) {
-              c = c + conj(U[long(l) * n + r]) * y[r];
+              c = c + conj(load(U + long(l) * n + r)) * y[r];
             }
           }
           #pragma unroll
           for (int r = 0; r < N; ++r) {
             if (r < n) {
-              y[r] = multiply_subtract(y[r], U[long(l) * n + r], c);
+              y[r] = multiply_subtract(y[r], load(U + long(l) * n + r), c);
             }
           }
         }
@@ -470,7 +470,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
       #pragma unroll
       for (int r = 0; r < N; ++r) {
         if (r < n) {
-          U[long(i) * n + r] = scalar_traits<T>::from_real(scale) * y[r];
+          store(U + long(i) * n + r, scalar_traits<T>::from_real(scale) * y[r]);
         }
       }
     }
@@ -520,9 +520,9 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
   for (long e = t; e < nn; e += GROUP) {
-    V[e] = zero;
+    store(V + e, zero);
     if (e / n == e % n) {
-      V[e] = one;
+      store(V + e, one);
     }
   }
   if (t == 0) {
@@ -545,9 +545,9 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
           R beta = R(0);
           T gamma = zero;
           for (int r = lane; r < n; r += 32) {
-            alpha += abs2(xp[r]);
-            beta += abs2(xq[r]);
-            gamma = gamma + conj(xp[r]) * xq[r];
+            alpha += abs2(load(xp + r));
+            beta += abs2(load(xq + r));
+            gamma = gamma + conj(load(xp + r)) * load(xq + r);
           }
           const jacobi_rotation<T> j = rotation_for(lanes_sum_of(alpha), lanes_sum_of(beta), lanes_sum_of(gamma),
                                                     tolerance);
@@ -556,16 +556,16 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
             device T* vp = V + long(p) * n;
             device T* vq = V + long(q) * n;
             for (int r = lane; r < n; r += 32) {
-              T x0 = xp[r];
-              T x1 = xq[r];
+              T x0 = load(xp + r);
+              T x1 = load(xq + r);
               rotate(x0, x1, j);
-              xp[r] = x0;
-              xq[r] = x1;
-              T v0 = vp[r];
-              T v1 = vq[r];
+              store(xp + r, x0);
+              store(xq + r, x1);
+              T v0 = load(vp + r);
+              T v1 = load(vq + r);
               rotate(v0, v1, j);
-              vp[r] = v0;
-              vq[r] = v1;
+              store(vp + r, v0);
+              store(vq + r, v1);
             }
           }
         }
@@ -583,7 +583,7 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
   for (int j = int(pos.simd_group); j < n; j += SIMDS) {
     R sum = R(0);
     for (int r = lane; r < n; r += 32) {
-      sum += abs2(X[long(j) * n + r]);
+      sum += abs2(load(X + long(j) * n + r));
     }
     sum = lanes_sum<32>(sum);
     if (lane == 0) {
@@ -605,10 +605,10 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
     for (int r = lane; r < n; r += 32) {
       T normalized = zero;
       if (sj != R(0)) {
-        normalized = X[long(j) * n + r] / scalar_traits<T>::from_real(sj);
+        normalized = load(X + long(j) * n + r) / scalar_traits<T>::from_real(sj);
       }
-      U[long(rank) * n + r] = normalized;
-      W[long(rank) * n + r] = V[long(j) * n + r];
+      store(U + long(rank) * n + r, normalized);
+      store(W + long(rank) * n + r, load(V + long(j) * n + r));
     }
   }
   threadgroup_barrier(mem_flags::mem_device);
@@ -630,7 +630,7 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
     for (int r = t; r < n; r += GROUP) {
       R outside = R(1);
       for (int l = 0; l < i; ++l) {
-        outside -= abs2(U[long(l) * n + r]);
+        outside -= abs2(load(U + long(l) * n + r));
       }
       sigma[r] = outside;
     }
@@ -646,34 +646,34 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
         value = one;
       }
       for (int l = 0; l < i; ++l) {
-        value = multiply_subtract(value, U[long(l) * n + r], conj(U[long(l) * n + k]));
+        value = multiply_subtract(value, load(U + long(l) * n + r), conj(load(U + long(l) * n + k)));
       }
-      y[r] = value;
+      store(y + r, value);
     }
     threadgroup_barrier(mem_flags::mem_device);
     for (int l = int(pos.simd_group); l < i; l += SIMDS) {
       T c = zero;
       for (int r = lane; r < n; r += 32) {
-        c = c + conj(U[long(l) * n + r]) * y[r];
+        c = c + conj(load(U + long(l) * n + r)) * load(y + r);
       }
       c = lanes_sum_of(c);
       if (lane == 0) {
-        V[l] = c;
+        store(V + l, c);
       }
     }
     threadgroup_barrier(mem_flags::mem_device);
     R norm = R(0);
     for (int r = t; r < n; r += GROUP) {
-      T value = y[r];
+      T value = load(y + r);
       for (int l = 0; l < i; ++l) {
-        value = multiply_subtract(value, U[long(l) * n + r], V[l]);
+        value = multiply_subtract(value, load(U + long(l) * n + r), load(V + l));
       }
-      y[r] = value;
+      store(y + r, value);
       norm += abs2(value);
     }
     const R scale = R(1) / sqrt(group_sum<R, GROUP>(norm, partial, pos));
     for (int r = t; r < n; r += GROUP) {
-      y[r] = scalar_traits<T>::from_real(scale) * y[r];
+      store(y + r, scalar_traits<T>::from_real(scale) * load(y + r));
     }
     threadgroup_barrier(mem_flags::mem_device);
   }

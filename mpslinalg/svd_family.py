@@ -5,10 +5,13 @@ which keeps the relative accuracy of small singular values:
 
 - ``svd_tiny``: n <= 3, a thread per matrix, in registers (camera geometry:
   Kabsch, homographies, polar decompositions).
-- ``svd_jacobi``: any n, a threadgroup per matrix, the n / 2 pairs of each
-  round of the round-robin ordering on its SIMD groups.
+- ``svd_pairs``: n <= 32 (16 complex), a team of N / 2 lanes per matrix, each
+  lane the two columns of X and V it rotates in registers, the round-robin
+  ordering by shuffles.
+- ``svd_jacobi``: larger n, a threadgroup per matrix, the n / 2 pairs of each
+  round of the round-robin ordering on its SIMD groups, columns in device memory.
 
-Both take square matrices. As sgejsv, a tall matrix is first factored by QR
+All take square matrices. As sgejsv, a tall matrix is first factored by QR
 (mpslinalg's) and its R decomposed, U = Q U_R, and the complete Q gives
 ``full_matrices``' extra columns; a wide matrix is decomposed as its conjugate
 transpose. Every matrix is scaled by a power of two (exact) so that its largest
