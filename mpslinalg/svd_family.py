@@ -386,7 +386,8 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     ``driver`` (default: 'gelsy' on the CPU, 'gels' elsewhere, as torch): rank for
     all but gels, singular values for gelsd / gelss, residuals (squared column norms
     of A X - B) where m > n and, except for gels, every matrix has full rank (gelsy
-    leaves them empty, as torch's does). Every driver solves through the SVD:
+    leaves them empty, as torch's does; for gelsd / gelss with m > n that rank test
+    synchronises with the device, as torch's). Every driver solves through the SVD:
     singular values at most rcond * S_max (default max(m, n) eps) count as zero,
     so rank-deficient systems get the minimum-norm solution whatever the driver.
     Differentiable by torch's formula (through the pseudoinverse)."""
