@@ -127,6 +127,68 @@ METAL_FUNC void round_robin_pair(int round, int i, int np, thread int& p, thread
   }
 }
 
+// Columns first..n-1 of U (rows of u), n <= N, whose singular values are zero:
+// each the unit vector e_k farthest from the span of the columns before (1 -
+// sum_l |u_lk|^2 the largest, which is at least (n - i) / n), less its
+// components along them, twice; one thread's work. svd_jacobi does the same
+// with its threadgroup.
+template <typename T, int N>
+METAL_FUNC void complete_columns(device T* U, int n, int first) {
+  typedef typename scalar_traits<T>::real R;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  for (int i = first; i < n; ++i) {
+    int k = 0;
+    R farthest = R(-1);
+    for (int c = 0; c < n; ++c) {
+      R outside = R(1);
+      for (int l = 0; l < i; ++l) {
+        outside -= abs2(load(U + long(l) * n + c));
+      }
+      if (outside > farthest) {
+        farthest = outside;
+        k = c;
+      }
+    }
+    T y[N];
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      y[r] = zero;
+      if (r == k) {
+        y[r] = scalar_traits<T>::from_real(R(1));
+      }
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int l = 0; l < i; ++l) {
+        T c = zero;
+        #pragma unroll
+        for (int r = 0; r < N; ++r) {
+          if (r < n) {
+            c = c + conj(load(U + long(l) * n + r)) * y[r];
+          }
+        }
+        #pragma unroll
+        for (int r = 0; r < N; ++r) {
+          if (r < n) {
+            y[r] = multiply_subtract(y[r], load(U + long(l) * n + r), c);
+          }
+        }
+      }
+    }
+    R norm = R(0);
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      norm += abs2(y[r]);
+    }
+    const R scale = R(1) / sqrt(norm);
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      if (r < n) {
+        store(U + long(i) * n + r, scalar_traits<T>::from_real(scale) * y[r]);
+      }
+    }
+  }
+}
+
 // sgesvj on an n x n matrix with n <= 3, a thread per matrix, in registers; the
 // cyclic order of pairs, as any order converges for so few columns.
 //   a: count x N x N (rows: X's columns); u, w: count x N x N; s: count x N.
@@ -214,46 +276,7 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
       store(W + rank * N + r, v[j][r]);
     }
   }
-  // Zero singular values come last: complete their columns of U. For n <= 3 some
-  // unit vector keeps at least 1/3 of its norm squared outside the columns before.
-  for (int i = nonzero; i < N; ++i) {
-    for (int k = 0; k < N; ++k) {
-      T y[N];
-      #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        y[r] = zero;
-        if (r == k) {
-          y[r] = one;
-        }
-      }
-      for (int pass = 0; pass < 2; ++pass) {
-        for (int l = 0; l < i; ++l) {
-          T c = zero;
-          #pragma unroll
-          for (int r = 0; r < N; ++r) {
-            c = c + conj(load(U + l * N + r)) * y[r];
-          }
-          #pragma unroll
-          for (int r = 0; r < N; ++r) {
-            y[r] = multiply_subtract(y[r], load(U + l * N + r), c);
-          }
-        }
-      }
-      R norm = R(0);
-      #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        norm += abs2(y[r]);
-      }
-      if (norm > R(0.25)) {
-        norm = sqrt(norm);
-        #pragma unroll
-        for (int r = 0; r < N; ++r) {
-          store(U + i * N + r, y[r] / scalar_traits<T>::from_real(norm));
-        }
-        break;
-      }
-    }
-  }
+  complete_columns<T, N>(U, N, nonzero);  // zero singular values come last
 }
 
 // Step of the round-robin ordering for a team of H lanes, each holding two
@@ -422,58 +445,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
                                R((id_bottom < n && sigma_bottom == R(0)) ? 1 : 0));
   simdgroup_barrier(mem_flags::mem_device);  // the team's columns of U, for its first lane
   if (exists && member == 0 && zeros > R(0)) {
-    // As svd_jacobi: from the unit vector farthest from the span, twice.
-    for (int i = n - int(zeros); i < n; ++i) {
-      int k = 0;
-      R farthest = R(-1);
-      for (int c = 0; c < n; ++c) {
-        R outside = R(1);
-        for (int l = 0; l < i; ++l) {
-          outside -= abs2(load(U + long(l) * n + c));
-        }
-        if (outside > farthest) {
-          farthest = outside;
-          k = c;
-        }
-      }
-      T y[N];
-      #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        y[r] = zero;
-        if (r == k) {
-          y[r] = one;
-        }
-      }
-      for (int pass = 0; pass < 2; ++pass) {
-        for (int l = 0; l < i; ++l) {
-          T c = zero;
-          #pragma unroll
-          for (int r = 0; r < N; ++r) {
-            if (r < n) {
-              c = c + conj(load(U + long(l) * n + r)) * y[r];
-            }
-          }
-          #pragma unroll
-          for (int r = 0; r < N; ++r) {
-            if (r < n) {
-              y[r] = multiply_subtract(y[r], load(U + long(l) * n + r), c);
-            }
-          }
-        }
-      }
-      R norm = R(0);
-      #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        norm += abs2(y[r]);
-      }
-      const R scale = R(1) / sqrt(norm);
-      #pragma unroll
-      for (int r = 0; r < N; ++r) {
-        if (r < n) {
-          store(U + long(i) * n + r, scalar_traits<T>::from_real(scale) * y[r]);
-        }
-      }
-    }
+    complete_columns<T, N>(U, n, n - int(zeros));
   }
 }
 

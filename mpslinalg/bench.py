@@ -282,17 +282,19 @@ def bench_lu(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
-def _jax_qr(sample: torch.Tensor):
-    """jnp.linalg.qr on a CUDA tensor (through DLPack, no copy), or None where JAX is
-    missing or cannot run beside torch here. JAX must not preallocate the GPU's
-    memory that torch already holds."""
+def _jax(sample: torch.Tensor, function: str):
+    """``jnp.linalg.<function>`` on a CUDA tensor (through DLPack, no copy), or None
+    where JAX is missing or cannot run beside torch here. JAX must not preallocate
+    the GPU's memory that torch already holds."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         import jax
         import jax.numpy as jnp
 
+        kwargs = {"full_matrices": False} if function == "svd" else {}
+
         def call(A):
-            return jax.block_until_ready(jnp.linalg.qr(jax.dlpack.from_dlpack(A)))
+            return jax.block_until_ready(getattr(jnp.linalg, function)(jax.dlpack.from_dlpack(A), **kwargs))
 
         call(sample)
         return call
@@ -305,7 +307,7 @@ def bench_qr(device: torch.device, batch: int) -> list[Result]:
     torch.linalg.qr and, where importable, JAX's jnp.linalg.qr."""
     results = []
     count = 10_000 if device.type != "cpu" else 256
-    jax_qr = _jax_qr(torch.randn(4, 8, 8, device=device)) if device.type == "cuda" else None
+    jax_qr = _jax(torch.randn(4, 8, 8, device=device), "qr") if device.type == "cuda" else None
     for dtype in (torch.float32, torch.complex64):
         kind = str(dtype).removeprefix("torch.")
         for m, n in ((8, 8), (32, 32), (64, 64), (128, 32)):
@@ -338,22 +340,6 @@ def _qr_cases(A: torch.Tensor, jax_qr) -> list:
     return rows
 
 
-def _jax_svd(sample: torch.Tensor):
-    """jnp.linalg.svd (reduced) on a CUDA tensor, as _jax_qr."""
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        def call(A):
-            return jax.block_until_ready(jnp.linalg.svd(jax.dlpack.from_dlpack(A), full_matrices=False))
-
-        call(sample)
-        return call
-    except Exception:  # JAX missing, without a GPU, or failing beside torch
-        return None
-
-
 def bench_svd(device: torch.device, batch: int) -> list[Result]:
     """svd (reduced) on 2^20 3x3 matrices (geometry), 10^4 small ones, 10^3 tall 256x64 and
     one 1024x1024, against torch.linalg.svd (its default driver, and gesvd on CUDA where a
@@ -364,7 +350,7 @@ def bench_svd(device: torch.device, batch: int) -> list[Result]:
     cases = [(2**20 if not small else 4096, 3, 3), (10_000, 8, 8), (10_000, 32, 32), (10_000, 64, 64), (1000, 256, 64)]
     if not small:
         cases.append((1, 1024, 1024))
-    jax_svd = _jax_svd(torch.randn(4, 8, 8, device=device)) if device.type == "cuda" else None
+    jax_svd = _jax(torch.randn(4, 8, 8, device=device), "svd") if device.type == "cuda" else None
     for dtype in (torch.float32, torch.complex64):
         kind = str(dtype).removeprefix("torch.")
         for count, m, n in cases:

@@ -274,10 +274,9 @@ def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
 
 
 def _cutoff(S: torch.Tensor, atol, rtol, m: int, n: int) -> torch.Tensor:
-    """pinv's and matrix_rank's tolerance max(atol, rtol * sigma_max), per matrix (4.6)."""
+    """pinv's and matrix_rank's tolerance max(atol, rtol * sigma_max), per matrix (4.6);
+    atol and rtol are None or tensors of S's dtype (see _tolerance)."""
     eps = torch.finfo(S.dtype).eps
-    as_tensor = lambda x: torch.as_tensor(x, dtype=S.dtype, device=S.device) if x is not None else None
-    atol, rtol = as_tensor(atol), as_tensor(rtol)
     if rtol is None:
         rtol = torch.full((), max(m, n) * eps, dtype=S.dtype, device=S.device)
         if atol is not None:
@@ -403,15 +402,17 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     Bm = Bm.expand(*batch, m, Bm.shape[-1])
     real = A.real.dtype if A.is_complex() else A.dtype
     rtol = _tolerance(max(m, n) * torch.finfo(real).eps if rcond is None else rcond, A)
-    S = svdvals(A.detach())
     X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, torch.zeros_like(rtol), rtol) @ Bm
-    rank = (S > rtol * S[..., :1]).sum(-1) if S.shape[-1] else torch.zeros(batch, dtype=torch.int64, device=A.device)
+    rank = torch.empty(0, dtype=torch.int64, device=A.device)  # gels reports none
+    singular_values = A.new_empty(0, dtype=real)
+    if driver != "gels":
+        S = svdvals(A.detach())
+        rank = (S > rtol * S[..., :1]).sum(-1) if S.shape[-1] else torch.zeros(batch, dtype=torch.int64, device=A.device)
+        if driver in ("gelsd", "gelss"):
+            singular_values = S
     residuals = A.new_empty(0, dtype=real)
     if m > n and driver != "gelsy" and (driver == "gels" or bool((rank == n).all())):
         residuals = (A @ X - Bm).abs().square().sum(-2)
-    if driver == "gels":
-        rank = torch.empty(0, dtype=torch.int64, device=A.device)
-    singular_values = S if driver in ("gelsd", "gelss") else A.new_empty(0, dtype=real)
     return torch.return_types.linalg_lstsq((X.squeeze(-1) if vector else X, residuals, rank, singular_values))
 
 
