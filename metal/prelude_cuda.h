@@ -21,6 +21,12 @@ METAL_FUNC void threadgroup_barrier(mem_flags) { __syncthreads(); }
 // SIMD group's.
 METAL_FUNC void simdgroup_barrier(mem_flags) { __syncwarp(); }
 
+// MSL's frexp returns the exponent through a reference, C's through a pointer.
+template <typename R>
+METAL_FUNC R frexp(R x, thread int& exponent) {
+  return frexp(x, &exponent);
+}
+
 typedef unsigned short ushort;
 
 // SIMD-group shuffles over the whole warp, as MSL's: every lane takes part (the

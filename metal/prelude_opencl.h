@@ -17,6 +17,12 @@ METAL_FUNC void simdgroup_barrier(mem_flags flags) {
   sub_group_barrier(flags == mem_flags::mem_device ? CLK_GLOBAL_MEM_FENCE : CLK_LOCAL_MEM_FENCE);
 }
 
+// MSL's frexp returns the exponent through a reference, C's through a pointer.
+template <typename R>
+METAL_FUNC R frexp(R x, thread int& exponent) {
+  return frexp(x, &exponent);
+}
+
 // SIMD-group shuffles: a SIMD group is a sub-group of 32 (every entry point
 // requires that size).
 template <typename T>

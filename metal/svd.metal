@@ -46,6 +46,28 @@ METAL_FUNC R lanes_sum_of(R x) {
   return lanes_sum<32>(x);
 }
 
+// The largest |part| of x, for scaling: within a factor sqrt(2) of |x|.
+template <typename R>
+METAL_FUNC R largest_part(R x) {
+  return fabs(x);
+}
+
+template <typename R>
+METAL_FUNC R largest_part(complex_t<R> z) {
+  return fmax(fabs(z.re), fabs(z.im));
+}
+
+// x 2^k, exactly where the result is normal.
+template <typename R>
+METAL_FUNC R scaled(R x, int k) {
+  return ldexp(x, k);
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> scaled(complex_t<R> z, int k) {
+  return {ldexp(z.re, k), ldexp(z.im, k)};
+}
+
 // |z| without squaring: the inner product of two columns near 1e-13 would
 // underflow as |re|^2 + |im|^2 in float32.
 template <typename R>
@@ -127,13 +149,14 @@ METAL_FUNC void round_robin_pair(int round, int i, int np, thread int& p, thread
   }
 }
 
-// Columns first..n-1 of U (rows of u), n <= N, whose singular values are zero:
+// Columns first..n-1 of U, n <= N, whose singular values are zero (U's row r
+// of column l at U[l * column_step + r * row_step]):
 // each the unit vector e_k farthest from the span of the columns before (1 -
 // sum_l |u_lk|^2 the largest, which is at least (n - i) / n), less its
 // components along them, twice; one thread's work. svd_jacobi does the same
 // with its threadgroup.
 template <typename T, int N>
-METAL_FUNC void complete_columns(device T* U, int n, int first) {
+METAL_FUNC void complete_columns(device T* U, int n, int first, int column_step, int row_step) {
   typedef typename scalar_traits<T>::real R;
   const T zero = scalar_traits<T>::from_real(R(0));
   for (int i = first; i < n; ++i) {
@@ -142,7 +165,7 @@ METAL_FUNC void complete_columns(device T* U, int n, int first) {
     for (int c = 0; c < n; ++c) {
       R outside = R(1);
       for (int l = 0; l < i; ++l) {
-        outside -= abs2(load(U + long(l) * n + c));
+        outside -= abs2(load(U + long(l) * column_step + c * row_step));
       }
       if (outside > farthest) {
         farthest = outside;
@@ -163,13 +186,13 @@ METAL_FUNC void complete_columns(device T* U, int n, int first) {
         #pragma unroll
         for (int r = 0; r < N; ++r) {
           if (r < n) {
-            c = c + conj(load(U + long(l) * n + r)) * y[r];
+            c = c + conj(load(U + long(l) * column_step + r * row_step)) * y[r];
           }
         }
         #pragma unroll
         for (int r = 0; r < N; ++r) {
           if (r < n) {
-            y[r] = multiply_subtract(y[r], load(U + long(l) * n + r), c);
+            y[r] = multiply_subtract(y[r], load(U + long(l) * column_step + r * row_step), c);
           }
         }
       }
@@ -183,7 +206,7 @@ METAL_FUNC void complete_columns(device T* U, int n, int first) {
     #pragma unroll
     for (int r = 0; r < N; ++r) {
       if (r < n) {
-        store(U + long(i) * n + r, scalar_traits<T>::from_real(scale) * y[r]);
+        store(U + long(i) * column_step + r * row_step, scalar_traits<T>::from_real(scale) * y[r]);
       }
     }
   }
@@ -204,14 +227,29 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
   const T one = scalar_traits<T>::from_real(R(1));
   T x[N][N];  // x[j][r]: row r of column j
   T v[N][N];
+  R largest = R(0);
   #pragma unroll
   for (int j = 0; j < N; ++j) {
     #pragma unroll
     for (int r = 0; r < N; ++r) {
-      x[j][r] = load(a + matrix * N * N + j * N + r);
+      x[j][r] = load(a + matrix * N * N + r * N + j);
+      largest = fmax(largest, largest_part(x[j][r]));
       v[j][r] = zero;
     }
     v[j][j] = one;
+  }
+  // Scaled by 2^-e, max part in [1/2, 1), as the callers of the other kernels do:
+  // exact, and no sum of squares can overflow or underflow.
+  int e = 0;
+  if (isfinite(largest) && largest > R(0)) {
+    frexp(largest, e);
+    #pragma unroll
+    for (int j = 0; j < N; ++j) {
+      #pragma unroll
+      for (int r = 0; r < N; ++r) {
+        x[j][r] = scaled(x[j][r], -e);
+      }
+    }
   }
   const R tolerance = sqrt(R(N)) * unit_roundoff<R>();
   for (int sweep = 0; sweep < JACOBI_SWEEPS; ++sweep) {
@@ -265,18 +303,18 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
       rank += comes_before(sigma[i], i, sigma[j], j) ? 1 : 0;
     }
     nonzero += sigma[j] == R(0) ? 0 : 1;
-    s[matrix * N + rank] = sigma[j];
+    s[matrix * N + rank] = ldexp(sigma[j], e);
     #pragma unroll
     for (int r = 0; r < N; ++r) {
       T normalized = zero;
       if (sigma[j] != R(0)) {
         normalized = x[j][r] / scalar_traits<T>::from_real(sigma[j]);
       }
-      store(U + rank * N + r, normalized);
-      store(W + rank * N + r, v[j][r]);
+      store(U + r * N + rank, normalized);
+      store(W + rank * N + r, conj(v[j][r]));
     }
   }
-  complete_columns<T, N>(U, N, nonzero);  // zero singular values come last
+  complete_columns<T, N>(U, N, nonzero, 1, N);  // zero singular values come last
 }
 
 // Step of the round-robin ordering for a team of H lanes, each holding two
@@ -429,7 +467,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
           normalized = top[r] / scalar_traits<T>::from_real(sigma_top);
         }
         store(U + long(rank_top) * n + r, normalized);
-        store(W + long(rank_top) * n + r, v_top[r]);
+        store(W + long(rank_top) * n + r, conj(v_top[r]));
       }
       if (r < n && id_bottom < n) {
         T normalized = zero;
@@ -437,7 +475,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
           normalized = bottom[r] / scalar_traits<T>::from_real(sigma_bottom);
         }
         store(U + long(rank_bottom) * n + r, normalized);
-        store(W + long(rank_bottom) * n + r, v_bottom[r]);
+        store(W + long(rank_bottom) * n + r, conj(v_bottom[r]));
       }
     }
   }
@@ -445,7 +483,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
                                R((id_bottom < n && sigma_bottom == R(0)) ? 1 : 0));
   simdgroup_barrier(mem_flags::mem_device);  // the team's columns of U, for its first lane
   if (exists && member == 0 && zeros > R(0)) {
-    complete_columns<T, N>(U, n, n - int(zeros));
+    complete_columns<T, N>(U, n, n - int(zeros), n, 1);
   }
 }
 
@@ -580,7 +618,7 @@ METAL_FUNC void svd_jacobi(device T* a, device T* v, device typename scalar_trai
         normalized = load(X + long(j) * n + r) / scalar_traits<T>::from_real(sj);
       }
       store(U + long(rank) * n + r, normalized);
-      store(W + long(rank) * n + r, load(V + long(j) * n + r));
+      store(W + long(rank) * n + r, conj(load(V + long(j) * n + r)));
     }
   }
   threadgroup_barrier(mem_flags::mem_device);

@@ -14,8 +14,8 @@ which keeps the relative accuracy of small singular values:
 All take square matrices. As sgejsv, a tall matrix is first factored by QR
 (mpslinalg's) and its R decomposed, U = Q U_R, and the complete Q gives
 ``full_matrices``' extra columns; a wide matrix is decomposed as its conjugate
-transpose. Every matrix is scaled by a power of two (exact) so that its largest
-entry lies in [1/2, 1): inputs near the ends of the float range neither overflow
+transpose. Every matrix is scaled by a power of two (exact; svd_tiny's on the
+device) so that its largest entry lies in [1/2, 1): inputs near the ends of the float range neither overflow
 nor underflow. The iteration stops on the device, when a sweep rotates nothing
 (or after 30), so non-finite input gives NaN, never a hang or a host sync.
 
@@ -84,17 +84,27 @@ def _pair_size(n: int, dtype: torch.dtype) -> int:
     return next((size for size in PAIR_SIZES if n <= size and SVD_PAIRS.exists(dtype, N=size)), 0)
 
 
+def _svd_tiny(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of contiguous (count, n, n) X, n <= 3, unscaled: the kernel scales
+    and writes every output as it is."""
+    count, n, _ = X.shape
+    u, w = torch.empty_like(X), torch.empty_like(X)
+    s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
+    for start, stop in pieces(count):
+        launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), X[start:stop], u[start:stop], s[start:stop],
+               w[start:stop], stop - start, N=n)
+    return u, s, w
+
+
 def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says."""
     count, n, _ = X.shape
+    if n <= TINY_SIZES[-1]:
+        return _svd_tiny(X)
     a = X.mT.contiguous()  # rows: X's columns
     u, w = torch.empty_like(a), torch.empty_like(a)
     s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
-    if n <= TINY_SIZES[-1]:
-        for start, stop in pieces(count):
-            launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), a[start:stop], u[start:stop], s[start:stop],
-                   w[start:stop], stop - start, N=n)
-    elif (size := _pair_size(n, X.dtype)):
+    if (size := _pair_size(n, X.dtype)):
         per_group = PAIR_GROUP // (size // 2)
         for start, stop in pieces(count):
             launch(SVD_PAIRS, groups_for(stop - start, per_group), a[start:stop], u[start:stop], s[start:stop],
@@ -104,7 +114,7 @@ def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
         for start, stop in pieces(count):
             launch(SVD_JACOBI, stop - start, a[start:stop], v[start:stop], norms[start:stop], u[start:stop],
                    s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n))
-    return u.mT, s, w.conj()
+    return u.mT, s, w
 
 
 def _power_of_two(e: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,6 +136,9 @@ def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch
         Vh = torch.eye(n if full_matrices else k, n, dtype=A.dtype, device=A.device).expand(*batch, -1, -1)
         return U.contiguous(), A.new_zeros((*batch, k), dtype=real), Vh.contiguous()
     X = _checks.resolved(A.mH if wide else A).reshape(count, rows, columns)
+    if rows == columns <= TINY_SIZES[-1]:
+        U, S, Vh = _svd_tiny(X.contiguous())
+        return U.reshape(*batch, m, m), S.reshape(*batch, k), Vh.reshape(*batch, n, n)
     # Scaled by 2^-e with max |x_ij| in [1/2, 1); zero and non-finite matrices as they are.
     largest = X.abs().amax(dim=(-2, -1))
     e = torch.frexp(largest).exponent
@@ -258,7 +271,8 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
     torch's, which fail for losses that depend on that phase."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.svd(A, full_matrices=full_matrices, driver=driver, out=out)
-    torch.linalg.svd(A.to("meta"), full_matrices=full_matrices)  # torch's errors
+    if A.dim() < 2:  # torch's error; dtypes with kernels and any shape of >= 2 dims have none
+        torch.linalg.svd(A.to("meta"), full_matrices=full_matrices)
     _check_driver(A, driver)
     U, S, Vh = _svd(A, full_matrices)
     return torch.return_types.linalg_svd(_checks.into_each(out, (U, S, Vh)))
@@ -268,7 +282,8 @@ def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
     """The singular values of A, descending, like ``torch.linalg.svdvals``."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.svdvals(A, driver=driver, out=out)
-    torch.linalg.svdvals(A.to("meta"))
+    if A.dim() < 2:
+        torch.linalg.svdvals(A.to("meta"))
     _check_driver(A, driver)
     return _checks.into(out, _svd(A, False)[1])
 
