@@ -8,15 +8,21 @@ leaves the device time alone. Effective bandwidth counts each input byte read
 once and each output byte written once; the fraction is of the device's
 memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
 
-Families: inv, triangular, lu, qr, svd.
+Families: inv, triangular, lu, qr, svd. Peers, where importable: CuPy
+(``cupy.linalg.inv``), JAX (``jnp.linalg.qr``, ``svd``), fla-core
+(``fla.ops.utils.solve_tril``) and kornia (``inverse_transformation`` of rigid
+poses). A table per family goes to stdout (``--markdown``, ``--json``: also to
+files); progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import statistics
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -26,7 +32,7 @@ import torch
 
 import mpslinalg as LA
 
-from .check import best_runtime
+from .check import _synchronize, best_runtime
 
 # The row each case's speed-up is measured against.
 BASELINES = (
@@ -61,13 +67,6 @@ class Result:
     @property
     def bandwidth(self) -> float:
         return self.bytes / self.seconds
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def time_per_call(device: torch.device, call: Callable, loop: int = 20, repeats: int = 7, warmup: int = 3) -> float:
@@ -117,12 +116,43 @@ def time_graph_replay(call: Callable, loop: int = 20, repeats: int = 7) -> float
     return time_per_call(torch.device("cuda"), graph.replay, loop=1, repeats=repeats) / loop
 
 
+class Progress:
+    """A bar over the families on stderr, with the case being timed: rewritten in place
+    on a terminal, a line per case elsewhere (CI logs)."""
+
+    def __init__(self, families: list[str], stream=sys.stderr):
+        self.families, self.stream = families, stream
+        self.done, self.cases, self.start = 0, 0, time.perf_counter()
+        self.terminal = stream.isatty()
+
+    def case(self, family: str, case: str) -> None:
+        self.cases += 1
+        width = 20
+        filled = width * self.done // len(self.families)
+        line = (
+            f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{len(self.families)} families, "
+            f"{self.cases} cases, {time.perf_counter() - self.start:.0f} s: {family} {case}"
+        )
+        self.stream.write(f"\r{line[:120]:120}" if self.terminal else line + "\n")
+        self.stream.flush()
+
+    def family_done(self) -> None:
+        self.done += 1
+        if self.terminal and self.done == len(self.families):
+            self.stream.write("\n")
+
+
+_progress: Progress | None = None
+
+
 def measure(
     family: str, case: str, rows: list[tuple[str, Callable, int]], device: torch.device, graph: bool = True, **timing
 ) -> list[Result]:
     """A row per (name, call, bytes), and on CUDA (unless ``graph`` is False: calls of
     seconds) a "(graph)" row beside each call that a CUDA graph can capture, so that
     every implementation is also timed without its host overhead."""
+    if _progress is not None:
+        _progress.case(family, case)
     results = []
     for name, call, nbytes in rows:
         results.append(Result(family, case, name, time_per_call(device, call, **timing), nbytes))
@@ -168,7 +198,41 @@ def bench_inv(device: torch.device, batch: int) -> list[Result]:
         ]
         rows += [(name, (lambda f=f: f(A)), 2 * matrix_bytes) for name, f in peers(device).items()]
         results += measure("inv", case, rows, device)
+    poses = rigid_poses(batch, device)
+    nbytes = 2 * poses.numel() * poses.element_size()
+    rows = [
+        ("mpslinalg.inv_ex", lambda: LA.inv_ex(poses), nbytes + 4 * batch),
+        ("torch.linalg.inv_ex", lambda: torch.linalg.inv_ex(poses), nbytes + 4 * batch),
+    ]
+    if (kornia_inverse := _kornia_inverse_transformation()) is not None:
+        rows.append(("kornia inverse_transformation (rigid only)", lambda: kornia_inverse(poses), nbytes))
+    results += measure("inv", f"{batch} x 4x4 float32 rigid poses", rows, device)
     return results
+
+
+def rigid_poses(count: int, device: torch.device) -> torch.Tensor:
+    """``count`` 4x4 rigid transforms [R t; 0 1], R from random unit quaternions."""
+    generator = torch.Generator(device).manual_seed(4)
+    w, x, y, z = torch.nn.functional.normalize(torch.randn(4, count, device=device, generator=generator), dim=0)
+    R = torch.stack([
+        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+    ], dim=-1).view(count, 3, 3)
+    T = torch.eye(4, device=device).repeat(count, 1, 1)
+    T[:, :3, :3] = R
+    T[:, :3, 3] = torch.randn(count, 3, device=device, generator=generator)
+    return T
+
+
+def _kornia_inverse_transformation():
+    """kornia's inverse of rigid 4x4 poses (R^T, -R^T t: no general inverse), where importable."""
+    try:
+        from kornia.geometry.linalg import inverse_transformation
+
+        return inverse_transformation
+    except Exception:  # kornia missing, or failing to import beside this torch
+        return None
 
 
 def _fla_solve_tril():
@@ -400,13 +464,32 @@ def _baseline(results: list[Result], r: Result) -> Result | None:
     return next((b for b in rows if b.implementation.endswith(" (graph)") == graph), rows[0] if rows else None)
 
 
+PEERS = ("cupy", "jax", "fla-core", "kornia")
+
+
+def versions() -> str:
+    """torch's and the importable peers' versions."""
+    found = [f"torch {torch.__version__}"]
+    for package in PEERS:
+        try:
+            found.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return ", ".join(found)
+
+
 def markdown(results: list[Result], header: str, peak: float | None) -> str:
-    lines = [header, "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg |", "|---|---|---|---|---|---|"]
-    for r in results:
-        base = _baseline(results, r)
-        speedup = f"{base.seconds / r.seconds:.1f}x" if base else ""
-        fraction = f"{100 * r.bandwidth / peak:.0f}%" if peak else ""
-        lines.append(f"| {r.case} | {r.implementation} | {r.seconds * 1e3:.4f} | {r.bandwidth / 1e9:.3g} | {fraction} | {speedup} |")
+    """The header, then a table per family in the order they ran."""
+    lines = [header]
+    for family in dict.fromkeys(r.family for r in results):
+        lines += ["", f"## {family}", "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg |", "|---|---|---|---|---|---|"]
+        for r in results:
+            if r.family != family:
+                continue
+            base = _baseline(results, r)
+            speedup = f"{base.seconds / r.seconds:.1f}x" if base else ""
+            fraction = f"{100 * r.bandwidth / peak:.0f}%" if peak else ""
+            lines.append(f"| {r.case} | {r.implementation} | {r.seconds * 1e3:.4f} | {r.bandwidth / 1e9:.3g} | {fraction} | {speedup} |")
     return "\n".join(lines) + "\n"
 
 
@@ -421,24 +504,35 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or (2**20 if device.type != "cpu" else 2**14)
     name, peak, copy = device_limits(device)
     header = (
-        f"mpslinalg {LA.__version__} benchmark on {name} via {runtime}; torch {torch.__version__}"
+        f"# mpslinalg {LA.__version__} benchmark\n\n{name} via {runtime}"
         + (f", CUDA {torch.version.cuda}" if device.type == "cuda" else "")
-        + f"; {time.strftime('%Y-%m-%d')}"
+        + f"; {versions()}; {time.strftime('%Y-%m-%d')}"
         + (f"; vendor bandwidth {peak / 1e12:.2f} TB/s" if peak else "")
         + (f", measured copy {copy / 1e12:.2f} TB/s" if copy else "")
+        + ". Time per call (median of repeats of back-to-back calls); \"(graph)\": replayed from a CUDA graph;"
+        + " GB/s: each input byte read and each output byte written once; % of peak: of the vendor bandwidth."
     )
+    global _progress
+    families = args.families or list(FAMILIES)
+    _progress = Progress(families)
+    results = []
     with selected:
-        results = [r for family in args.families or FAMILIES for r in FAMILIES[family](device, batch)]
-    table = markdown(results, header, peak)
-    print(table)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"header": header, "results": [asdict(r) | {"bandwidth": r.bandwidth} for r in results]}, f, indent=1)
+        for family in families:
+            results += FAMILIES[family](device, batch)
+            _progress.family_done()
+            # The files after each family: a run cut short keeps what it measured.
+            write(results, header, peak, args.markdown, args.json)
+    print(markdown(results, header, peak))
     return 0
 
+
+def write(results: list[Result], header: str, peak: float | None, markdown_path: str | None, json_path: str | None) -> None:
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(markdown(results, header, peak))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"header": header, "peak": peak, "results": [asdict(r) | {"bandwidth": r.bandwidth} for r in results]}, f, indent=1)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,5 +1,6 @@
 """The runtimes: generated entry points, the Metal launch up to torch's call, dispatch, caching."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -313,8 +314,12 @@ def test_bench_command_writes_table_and_json(tmp_path):
     done = run_module("mpslinalg.bench", "inv", "--batch", "256", "--json", str(tmp_path / "b.json"), "--markdown", str(tmp_path / "b.md"))
     assert done.returncode == 0, done.stderr
     table = (tmp_path / "b.md").read_text()
+    assert table.startswith("# mpslinalg") and "\n## inv\n" in table and "## lu" not in table
     assert "| 256 x 4x4 float32 | mpslinalg.inv_ex |" in table and "torch.linalg.inv" in table
+    assert ("kornia inverse_transformation" in table) == (importlib.util.find_spec("kornia") is not None)
     assert '"implementation": "mpslinalg.det"' in (tmp_path / "b.json").read_text()
+    progress = done.stderr.splitlines()
+    assert len(progress) == 4 and progress[-1].endswith("inv 256 x 4x4 float32 rigid poses"), done.stderr
 
 
 def test_eager_calls_skip_the_custom_op_only_when_nothing_needs_it():
