@@ -376,10 +376,10 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
     v_bottom[r] = zero;
     if (exists && r < n) {
       if (id_top < n) {
-        top[r] = load(a + matrix * nn + id_top * n + r);
+        top[r] = load(a + matrix * nn + long(r) * n + id_top);
       }
       if (id_bottom < n) {
-        bottom[r] = load(a + matrix * nn + id_bottom * n + r);
+        bottom[r] = load(a + matrix * nn + long(r) * n + id_bottom);
       }
     }
     if (r == id_top && r < n) {
@@ -387,6 +387,21 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
     }
     if (r == id_bottom && r < n) {
       v_bottom[r] = one;
+    }
+  }
+  R largest = R(0);
+  #pragma unroll
+  for (int r = 0; r < N; ++r) {
+    largest = fmax(largest, fmax(largest_part(top[r]), largest_part(bottom[r])));
+  }
+  largest = lanes_max<H>(largest);
+  int e = 0;  // scaled by 2^-e as svd_tiny
+  if (isfinite(largest) && largest > R(0)) {
+    frexp(largest, e);
+    #pragma unroll
+    for (int r = 0; r < N; ++r) {
+      top[r] = scaled(top[r], -e);
+      bottom[r] = scaled(bottom[r], -e);
     }
   }
   const R tolerance = sqrt(R(n)) * unit_roundoff<R>();
@@ -454,10 +469,10 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
   device T* W = w + matrix * nn;
   if (exists) {
     if (id_top < n) {
-      s[matrix * n + rank_top] = sigma_top;
+      s[matrix * n + rank_top] = ldexp(sigma_top, e);
     }
     if (id_bottom < n) {
-      s[matrix * n + rank_bottom] = sigma_bottom;
+      s[matrix * n + rank_bottom] = ldexp(sigma_bottom, e);
     }
     #pragma unroll
     for (int r = 0; r < N; ++r) {
@@ -466,7 +481,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
         if (sigma_top != R(0)) {
           normalized = top[r] / scalar_traits<T>::from_real(sigma_top);
         }
-        store(U + long(rank_top) * n + r, normalized);
+        store(U + long(r) * n + rank_top, normalized);
         store(W + long(rank_top) * n + r, conj(v_top[r]));
       }
       if (r < n && id_bottom < n) {
@@ -474,7 +489,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
         if (sigma_bottom != R(0)) {
           normalized = bottom[r] / scalar_traits<T>::from_real(sigma_bottom);
         }
-        store(U + long(rank_bottom) * n + r, normalized);
+        store(U + long(r) * n + rank_bottom, normalized);
         store(W + long(rank_bottom) * n + r, conj(v_bottom[r]));
       }
     }
@@ -483,7 +498,7 @@ METAL_FUNC void svd_pairs(const device T* a, device T* u, device typename scalar
                                R((id_bottom < n && sigma_bottom == R(0)) ? 1 : 0));
   simdgroup_barrier(mem_flags::mem_device);  // the team's columns of U, for its first lane
   if (exists && member == 0 && zeros > R(0)) {
-    complete_columns<T, N>(U, n, n - int(zeros), n, 1);
+    complete_columns<T, N>(U, n, n - int(zeros), 1, n);
   }
 }
 

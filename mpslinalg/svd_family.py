@@ -14,8 +14,8 @@ which keeps the relative accuracy of small singular values:
 All take square matrices. As sgejsv, a tall matrix is first factored by QR
 (mpslinalg's) and its R decomposed, U = Q U_R, and the complete Q gives
 ``full_matrices``' extra columns; a wide matrix is decomposed as its conjugate
-transpose. Every matrix is scaled by a power of two (exact; svd_tiny's on the
-device) so that its largest entry lies in [1/2, 1): inputs near the ends of the float range neither overflow
+transpose. Every matrix is scaled by a power of two (exact; by svd_tiny and
+svd_pairs themselves for square matrices) so that its largest entry lies in [1/2, 1): inputs near the ends of the float range neither overflow
 nor underflow. The iteration stops on the device, when a sweep rotates nothing
 (or after 30), so non-finite input gives NaN, never a hang or a host sync.
 
@@ -84,36 +84,37 @@ def _pair_size(n: int, dtype: torch.dtype) -> int:
     return next((size for size in PAIR_SIZES if n <= size and SVD_PAIRS.exists(dtype, N=size)), 0)
 
 
-def _svd_tiny(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(U, S, Vh) of contiguous (count, n, n) X, n <= 3, unscaled: the kernel scales
-    and writes every output as it is."""
-    count, n, _ = X.shape
-    u, w = torch.empty_like(X), torch.empty_like(X)
-    s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
-    for start, stop in pieces(count):
-        launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), X[start:stop], u[start:stop], s[start:stop],
-               w[start:stop], stop - start, N=n)
-    return u, s, w
+def _scales_itself(n: int, dtype: torch.dtype) -> bool:
+    """Whether n x n matrices go to a kernel that scales them on the device and reads and
+    writes them as they are (svd_tiny, svd_pairs: launches short enough for the host's
+    work around them to count)."""
+    return n <= TINY_SIZES[-1] or _pair_size(n, dtype) > 0
 
 
 def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says."""
+    """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says unless
+    ``_scales_itself``; U contiguous there, its transpose otherwise."""
     count, n, _ = X.shape
-    if n <= TINY_SIZES[-1]:
-        return _svd_tiny(X)
-    a = X.mT.contiguous()  # rows: X's columns
-    u, w = torch.empty_like(a), torch.empty_like(a)
     s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
+    if n <= TINY_SIZES[-1]:
+        u, w = torch.empty_like(X), torch.empty_like(X)
+        for start, stop in pieces(count):
+            launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), X[start:stop], u[start:stop], s[start:stop],
+                   w[start:stop], stop - start, N=n)
+        return u, s, w
     if (size := _pair_size(n, X.dtype)):
+        u, w = torch.empty_like(X), torch.empty_like(X)
         per_group = PAIR_GROUP // (size // 2)
         for start, stop in pieces(count):
-            launch(SVD_PAIRS, groups_for(stop - start, per_group), a[start:stop], u[start:stop], s[start:stop],
+            launch(SVD_PAIRS, groups_for(stop - start, per_group), X[start:stop], u[start:stop], s[start:stop],
                    w[start:stop], n, stop - start, N=size)
-    else:
-        v, norms = torch.empty_like(a), torch.empty_like(s)
-        for start, stop in pieces(count):
-            launch(SVD_JACOBI, stop - start, a[start:stop], v[start:stop], norms[start:stop], u[start:stop],
-                   s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n))
+        return u, s, w
+    a = X.mT.contiguous()  # rows: X's columns
+    u, w, v = torch.empty_like(a), torch.empty_like(a), torch.empty_like(a)
+    norms = torch.empty_like(s)
+    for start, stop in pieces(count):
+        launch(SVD_JACOBI, stop - start, a[start:stop], v[start:stop], norms[start:stop], u[start:stop],
+               s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n))
     return u.mT, s, w
 
 
@@ -136,8 +137,8 @@ def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch
         Vh = torch.eye(n if full_matrices else k, n, dtype=A.dtype, device=A.device).expand(*batch, -1, -1)
         return U.contiguous(), A.new_zeros((*batch, k), dtype=real), Vh.contiguous()
     X = _checks.resolved(A.mH if wide else A).reshape(count, rows, columns)
-    if rows == columns <= TINY_SIZES[-1]:
-        U, S, Vh = _svd_tiny(X.contiguous())
+    if rows == columns and _scales_itself(columns, A.dtype):
+        U, S, Vh = _svd_square(X)
         return U.reshape(*batch, m, m), S.reshape(*batch, k), Vh.reshape(*batch, n, n)
     # Scaled by 2^-e with max |x_ij| in [1/2, 1); zero and non-finite matrices as they are.
     largest = X.abs().amax(dim=(-2, -1))
