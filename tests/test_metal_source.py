@@ -50,6 +50,26 @@ PLANTED = {
     ),
     "name MSL does not have": ("", "out[0] = expf(1.0f);", "undeclared identifier 'expf'"),
     "double": ("", "double x = 1; out[0] = float(x);", "unknown type name 'metal_has_no_double'"),
+    "lambda": ("", "auto twice = [](float x) { return 2 * x; }; out[0] = twice(out[0]);", "lambda"),
+    "function pointer": (
+        "METAL_FUNC float twice(float x) { return 2 * x; }\n",
+        "float (*f)(float) = twice; out[0] = f(out[0]);",
+        "function pointer",
+    ),
+    "function pointer type": ("typedef float (*unary)(float);\n", "out[0] = 1;", "function pointer"),
+    "direct recursion": (
+        "METAL_FUNC int depth(int n) { return n == 0 ? 0 : 1 + depth(n - 1); }\n",
+        "out[0] = depth(3);",
+        "recursion through depth",
+    ),
+    "recursion through another function in a template": (
+        "template <typename R> R ping(R x);\n"
+        "template <typename R> R pong(R x) { return x > R(0) ? ping(x - R(1)) : x; }\n"
+        "template <typename R> R ping(R x) { return pong(x); }\n",
+        "out[0] = ping(out[0]);",
+        "recursion through ping",
+    ),
+    "goto": ("", "if (i > 0) goto done; out[0] = 1; done: out[1] = 2;", "goto"),
     "threadgroup variable outside kernel scope": (
         "void helper(device float* out) { threadgroup float scratch[4]; scratch[0] = out[0]; }\n",
         "helper(out);",
