@@ -569,10 +569,10 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: b
     if not _dispatch.has_kernels(LU):
         return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
     api = "linalg.lu_solve"
+    if LU.dim() < 2:
+        raise RuntimeError(f"torch.{api}: The input tensor A must have at least 2 dimensions.")
     if B.dim() < 2:
         raise RuntimeError(f"{api}: The input tensor B must have at least 2 dimensions.")
-    if LU.dim() < 2:
-        raise RuntimeError(f"{api}: The input tensor A must have at least 2 dimensions.")
     _checks.square(f"torch.{api}", LU)
     _check_pair(api, LU, B, left, a_name="LU")
     if pivots.dtype != torch.int32:
