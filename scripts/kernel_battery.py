@@ -1,0 +1,84 @@
+"""Every public function on a small battery of shapes on CUDA (``cpu``: OpenCL), for compute-sanitizer
+(scripts/sanitize.sh): tails included (n not a multiple of a block or SIMD width, batch
+1, batches that leave a threadgroup part-full). Prints how many of the CUDA runtime's
+kernel instantiations it launched, and which it did not."""
+
+import os
+import sys
+
+import torch
+
+import mpslinalg as LA
+from mpslinalg import runtimes
+from mpslinalg._kernel import KERNELS
+
+SIZES = (1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 33, 64, 65, 130)
+BATCHES = ((), (3,), (37,))
+# BATTERY_DTYPES=float32,complex64 (Metal's) halves the run.
+DTYPES = tuple(getattr(torch, name) for name in os.environ.get("BATTERY_DTYPES", "float32,complex64,float64,complex128").split(","))
+
+
+def calls(A, B):
+    lower = A.tril()
+    yield LA.inv_ex(A)
+    yield LA.det(A)
+    yield LA.slogdet(A)
+    yield LA.lu_factor_ex(A)
+    yield LA.lu_solve(*LA.lu_factor(A), B)
+    yield LA.solve_ex(A, B)
+    yield LA.solve_triangular(lower, B, upper=False)
+    yield LA.solve_triangular(A.triu(), B, upper=True, left=True, unitriangular=True)
+    yield LA.qr(A)
+    yield LA.qr(torch.cat((A, A), -2), mode="complete")
+    yield LA.ormqr(*LA.geqrf(A), B)
+    yield LA.svd(A)
+    yield LA.svd(torch.cat((A, A), -2), full_matrices=True)
+    yield LA.pinv(A)
+    if not A.is_complex() and A.shape[-1] in (16, 32, 64):
+        yield LA.tril_inverse(lower)
+
+
+def main(device: str = "cuda") -> int:
+    launched = set()
+    real = runtimes.launch
+
+    def counting(kernel, groups, *args, **values):
+        dtype = next((a.dtype for a, d in zip(args, kernel.args) if getattr(d, "element", None) == "T"), kernel.dtypes[0])
+        launched.add(kernel.instance(dtype, **values).host_name)
+        return real(kernel, groups, *args, **values)
+
+    for module in (LA.inverse, LA.lu_family, LA.triangular, LA.qr_family, LA.svd_family):
+        module.launch = counting
+    generator = torch.Generator(device=device).manual_seed(0)
+    for dtype in DTYPES:
+        for n in SIZES:
+            for batch in BATCHES:
+                A = torch.randn(*batch, n, n, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(n, dtype=dtype, device=device)
+                B = torch.randn(*batch, n, 8, dtype=dtype, device=device, generator=generator)
+                for _ in calls(A, B):
+                    pass
+    for dtype in (torch.float32, torch.complex64):  # many tiny matrices: many threadgroups, the last part-full
+        A = torch.randn(1000, 3, 3, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(3, dtype=dtype, device=device)
+        LA.inv_ex(A), LA.svd(A), LA.qr(A), LA.lu_factor_ex(A)
+    for chunk in (16, 32, 64):
+        A = 0.1 * torch.randn(2, 3 * chunk, 2, chunk, device=device, generator=generator)
+        LA.solve_tril(A)
+    runtime = runtimes.for_device(torch.device(device))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    every = {
+        i.host_name for k in KERNELS for i in k.all_instances()
+        if i.scalar.dtype in runtime.dtypes and (i.scalar.dtype in DTYPES or not (i.scalar.dtype.is_floating_point or i.scalar.dtype.is_complex))
+    }
+    missing = sorted(every - launched)
+    print(f"launched {len(launched & every)} of {len(every)} {runtime.name} kernel instantiations")
+    if missing:
+        print("not launched: " + ", ".join(missing))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["cpu"]:  # the OpenCL runtime: a trial of the battery without a GPU
+        with LA.use_backend("opencl"):
+            sys.exit(main("cpu"))
+    sys.exit(main())
