@@ -464,17 +464,20 @@ def _baseline(results: list[Result], r: Result) -> Result | None:
     return next((b for b in rows if b.implementation.endswith(" (graph)") == graph), rows[0] if rows else None)
 
 
-PEERS = ("cupy", "jax", "fla-core", "kornia")
+# peer -> the distributions it comes in
+PEERS = {"cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"), "jax": ("jax",), "fla-core": ("fla-core",), "kornia": ("kornia",)}
 
 
 def versions() -> str:
-    """torch's and the importable peers' versions."""
+    """torch's and the installed peers' versions."""
     found = [f"torch {torch.__version__}"]
-    for package in PEERS:
-        try:
-            found.append(f"{package} {importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            pass
+    for peer, distributions in PEERS.items():
+        for distribution in distributions:
+            try:
+                found.append(f"{peer} {importlib.metadata.version(distribution)}")
+                break
+            except importlib.metadata.PackageNotFoundError:
+                pass
     return ", ".join(found)
 
 
@@ -495,11 +498,17 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpslinalg.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("families", nargs="*", choices=list(FAMILIES), help="default: all")
+    # No choices= here: argparse checks an empty list against them, and fails the default.
+    parser.add_argument("families", nargs="*", help=f"of {', '.join(FAMILIES)} (default: all)")
     parser.add_argument("--batch", type=int, help="matrices per case (default 2^20 on a GPU, 2^14 on the CPU)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--markdown", help="also write the table here")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="measure nothing: one report of earlier runs' JSON files")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.markdown, args.json)
+    if unknown := [f for f in args.families if f not in FAMILIES]:
+        parser.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
     runtime, device, selected = best_runtime()
     batch = args.batch or (2**20 if device.type != "cpu" else 2**14)
     name, peak, copy = device_limits(device)
@@ -523,6 +532,25 @@ def main(argv: list[str] | None = None) -> int:
             # The files after each family: a run cut short keeps what it measured.
             write(results, header, peak, args.markdown, args.json)
     print(markdown(results, header, peak))
+    return 0
+
+
+def merge(paths: list[str], markdown_path: str | None, json_path: str | None) -> int:
+    """One report of runs that measured different families (each run's tables compare
+    rows of one process): the first run's header, and the others' where they differ."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    header = runs[0]["header"]
+    others = [run["header"].split("\n\n", 1)[-1] for run in runs[1:] if run["header"] != header]
+    if others:
+        families = [", ".join(dict.fromkeys(r["family"] for r in run["results"])) for run in runs]
+        header += f"\n\nFamilies measured in {len(runs)} runs ({'; '.join(families)}); the later runs: " + " ".join(others)
+    fields = set(Result.__dataclass_fields__)
+    results = [Result(**{k: v for k, v in r.items() if k in fields}) for run in runs for r in run["results"]]
+    write(results, header, runs[0].get("peak"), markdown_path, json_path)
+    print(markdown(results, header, runs[0].get("peak")))
     return 0
 
 

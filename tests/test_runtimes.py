@@ -322,6 +322,25 @@ def test_bench_command_writes_table_and_json(tmp_path):
     assert len(progress) == 4 and progress[-1].endswith("inv 256 x 4x4 float32 rigid poses"), done.stderr
 
 
+def test_bench_merges_runs_and_defaults_to_every_family(tmp_path, monkeypatch, capsys):
+    from mpslinalg import bench
+
+    runs = []
+    for family in ("inv", "svd"):
+        result = bench.Result(family, f"{family} case", f"mpslinalg.{family}", 1e-3, 10**6)
+        bench.write([result], f"# header\n\n{family} run", None, None, str(tmp_path / f"{family}.json"))
+        runs.append(str(tmp_path / f"{family}.json"))
+    assert bench.main(["--merge", *runs, "--markdown", str(tmp_path / "report.md")]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# header\n\ninv run") and "2 runs (inv; svd)" in report
+    assert "## inv" in report and "## svd" in report and "| svd case | mpslinalg.svd | 1.0000 |" in report
+    ran = []
+    monkeypatch.setattr(bench, "FAMILIES", {name: (lambda device, batch, name=name: ran.append(name) or []) for name in ("a", "b")})
+    assert bench.main([]) == 0 and ran == ["a", "b"]
+    with pytest.raises(SystemExit):
+        bench.main(["c"])
+
+
 def test_eager_calls_skip_the_custom_op_only_when_nothing_needs_it():
     from torch.utils._python_dispatch import TorchDispatchMode
 
