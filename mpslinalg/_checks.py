@@ -43,28 +43,20 @@ def floating(api: str, A: torch.Tensor) -> None:
 
 
 def system(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: str = "A") -> None:
-    """torch's errors for the system op(A) X = B (``left``) or X op(A) = B: dtypes,
-    devices, and A's order against B's rows (columns)."""
+    """torch's errors for the system op(A) X = B (``left``) or X op(A) = B: dtypes and
+    A's order against B's rows (columns). (Tensors on two devices go to torch.linalg:
+    _dispatch.has_kernels.)"""
     if A.dtype != B.dtype:
         raise RuntimeError(
             f"{api}: Expected {a_name} and B to have the same dtype, but found {a_name} of type "
             f"{type_name(A.dtype)} and B of type {type_name(B.dtype)} instead"
         )
-    same_device(A, B)
     n = A.shape[-1]
     if (B.shape[-2] if left else B.shape[-1]) != n:
         equation = "AX = B" if left else "XA = B"
         raise RuntimeError(
             f"{api}: Incompatible shapes of A and B for the equation {equation} "
             f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
-        )
-
-
-def same_device(A: torch.Tensor, B: torch.Tensor) -> None:
-    """torch's error for operands on two devices (B's device named first, as torch does)."""
-    if A.device != B.device:
-        raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {B.device} and {A.device}!"
         )
 
 

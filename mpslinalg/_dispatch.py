@@ -51,12 +51,13 @@ def kernel_runtime(tensor: torch.Tensor) -> Runtime | None:
     return RUNTIMES.get(_runtime_name(tensor.device.type))
 
 
-def has_kernels(tensor: torch.Tensor) -> bool:
+def has_kernels(tensor: torch.Tensor, *others: torch.Tensor) -> bool:
     """Whether ``tensor`` runs on mpslinalg's kernels: a usable runtime for its device
-    that has kernels of its dtype (else torch.linalg, which raises its own errors for
-    dtypes it rejects)."""
+    that has kernels of its dtype, and ``others`` (a call's other tensors) on the same
+    device. Else torch.linalg, which raises its own errors for dtypes it rejects and
+    for tensors on two devices."""
     runtime = kernel_runtime(tensor)
-    return runtime is not None and tensor.dtype in runtime.dtypes
+    return runtime is not None and tensor.dtype in runtime.dtypes and all(o.device == tensor.device for o in others)
 
 
 # Probing a runtime is not traceable; under torch.compile the choice is made

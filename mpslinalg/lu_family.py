@@ -566,7 +566,7 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: b
     ``(*, n, k)`` (or ``(*, k, n)``), batch dims broadcast with LU's. A zero
     pivot gives inf/NaN, no error. Differentiable in LU and B.
     """
-    if not _dispatch.has_kernels(LU):
+    if not _dispatch.has_kernels(LU, pivots, B):
         return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
     api = "linalg.lu_solve"
     if LU.dim() < 2:
@@ -594,7 +594,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     partial pivoting, then the triangular solves; ``info`` as :func:`lu_factor_ex`
     (X then holds inf/NaN). B may be a vector (``(*, n)``). No host synchronisation
     unless ``check_errors``. Differentiable in A and B."""
-    if not _dispatch.has_kernels(A):
+    if not _dispatch.has_kernels(A, B):
         return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve_ex" if check_errors else "")
     return torch.return_types.linalg_solve_ex(_checks.into_each(out, (X, info)))
@@ -604,7 +604,7 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> t
     """X with A X = B (or X A = B), like ``torch.linalg.solve``; raises
     ``torch.linalg.LinAlgError`` for singular A (a host synchronisation; ``solve_ex``
     has none)."""
-    if not _dispatch.has_kernels(A):
+    if not _dispatch.has_kernels(A, B):
         return torch.linalg.solve(A, B, left=left, out=out)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve")
     return _checks.into(out, X)

@@ -351,7 +351,7 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
     """The first n columns of H_0 ... H_{k-1} (m x n), the reflectors as :func:`geqrf`
     leaves them in A (m x n, m >= n >= k = tau.shape[-1]), like
     ``torch.linalg.householder_product``. Differentiable in A and tau."""
-    if not _dispatch.has_kernels(A):
+    if not _dispatch.has_kernels(A, tau):
         return torch.linalg.householder_product(A, tau, out=out)
     if A.dim() >= 2 and A.dtype != tau.dtype:  # the meta kernel words this one differently
         raise RuntimeError(
@@ -359,7 +359,6 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
             f"does not match input dtype {_checks.type_name(A.dtype)}"
         )
     torch.linalg.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
-    _checks.same_device(A, tau)
     return _checks.into(out, _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau))
 
 
@@ -370,11 +369,9 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
     (sormqr / cunmqr): each panel of PANEL_WIDTH reflectors is applied as
     I - V T V^H by matrix products, and Q is never formed. Differentiable in A,
     tau and C."""
-    if not _dispatch.has_kernels(A):
+    if not _dispatch.has_kernels(A, tau, C):
         return torch.ormqr(A, tau, C, left, transpose, out=out)
     torch.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
-    _checks.same_device(A, tau)
-    _checks.same_device(A, C)
     return _checks.into(out, _apply_reflectors(A, tau, C, left, transpose))
 
 

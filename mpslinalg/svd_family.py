@@ -406,7 +406,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     singular values at most rcond * S_max (default max(m, n) eps) count as zero,
     so rank-deficient systems get the minimum-norm solution whatever the driver.
     Differentiable by torch's formula (through the pseudoinverse)."""
-    if not _dispatch.has_kernels(A):
+    if not _dispatch.has_kernels(A, B):
         return torch.linalg.lstsq(A, B, rcond=rcond, driver=driver)
     _check_lstsq(A, B, driver)
     driver = driver or ("gelsy" if A.device.type == "cpu" else "gels")
@@ -441,7 +441,6 @@ def _check_lstsq(A: torch.Tensor, B: torch.Tensor, driver: str | None) -> None:
             "torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
             f"input's dtype {_checks.type_name(A.dtype)} and other's dtype {_checks.type_name(B.dtype)}"
         )
-    _checks.same_device(A, B)
     vector = B.dim() == A.dim() - 1
     if B.dim() < 1 or (B.shape[-1 if vector else -2] != A.shape[-2]):
         raise RuntimeError(

@@ -195,6 +195,8 @@ def svd_ratios(A: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tens
     (n eps), and max |S - S_ref| / (k S_max eps) against SciPy's on A as stored."""
     a, u, s, vh = exact(A), exact(U), exact(S).real, exact(Vh)
     m, n = a.shape[-2:]
+    if a.size == 0:
+        return 0.0, 0.0, 0.0, 0.0
     k = min(m, n)
     e = eps(A.dtype)
     product = (u[..., :, :k] * s[..., None, :]) @ vh[..., :k, :]

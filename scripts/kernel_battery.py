@@ -12,7 +12,8 @@ import mpslinalg as LA
 from mpslinalg import runtimes
 from mpslinalg._kernel import KERNELS
 
-SIZES = (1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 33, 64, 65, 130)
+# BATTERY_SIZES=1,3,16,33 (say) for a shorter run: racecheck is the slowest tool.
+SIZES = tuple(int(n) for n in os.environ.get("BATTERY_SIZES", "1,2,3,4,5,8,12,16,17,32,33,64,65,130").split(","))
 BATCHES = ((), (3,), (37,))
 # BATTERY_DTYPES=float32,complex64 (Metal's) halves the run.
 DTYPES = tuple(getattr(torch, name) for name in os.environ.get("BATTERY_DTYPES", "float32,complex64,float64,complex128").split(","))

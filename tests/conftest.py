@@ -17,6 +17,9 @@ settings.register_profile(
 settings.register_profile(
     "dev", deadline=None, max_examples=30, print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+settings.register_profile(  # on demand: HYPOTHESIS_PROFILE=fuzz (tests/test_fuzz.py)
+    "fuzz", deadline=None, max_examples=3000, print_blob=True, suppress_health_check=list(HealthCheck)
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Reference products on CUDA in full FP32, as torch's linalg backward uses.
