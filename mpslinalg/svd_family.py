@@ -359,8 +359,14 @@ _pinv_op.register_autograd(_pinv_backward, setup_context=_pinv_setup)
 
 
 def _tolerance(x, A: torch.Tensor) -> torch.Tensor | None:
+    """atol, rtol or rcond as a tensor on A's device: a Python number by a fill, not a
+    copy from the host (which a CUDA graph cannot capture)."""
     real = A.real.dtype if A.is_complex() else A.dtype
-    return None if x is None else torch.as_tensor(x, dtype=real, device=A.device)
+    if x is None:
+        return None
+    if isinstance(x, (int, float)):
+        return torch.full((), x, dtype=real, device=A.device)
+    return torch.as_tensor(x, dtype=real, device=A.device)
 
 
 def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:

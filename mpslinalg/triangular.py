@@ -460,7 +460,7 @@ def _chunk_table(T: int, batch: int, chunk: int, cu_seqlens: torch.Tensor | None
         sequence = torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts)
         index = torch.arange(sequence.numel(), device=device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
         firsts = bounds[sequence] + index * chunk
-        rows = torch.minimum(bounds[sequence + 1] - firsts, torch.tensor(chunk, device=device))
+        rows = (bounds[sequence + 1] - firsts).clamp(max=chunk)
     return torch.stack([firsts, rows], dim=1).to(torch.int32)
 
 
