@@ -25,13 +25,17 @@ def calls(A, B):
     yield LA.det(A)
     yield LA.slogdet(A)
     yield LA.lu_factor_ex(A)
+    yield LA.lu_factor_ex(torch.cat((A, A, A), -2))  # tall
     yield LA.lu_solve(*LA.lu_factor(A), B)
     yield LA.solve_ex(A, B)
     yield LA.solve_triangular(lower, B, upper=False)
     yield LA.solve_triangular(A.triu(), B, upper=True, left=True, unitriangular=True)
+    yield LA.solve_triangular(lower, torch.cat((B, B, B, B, B), -1), upper=False)  # 40 right-hand sides
+    yield LA.solve_triangular(lower, B[..., :1], upper=False)
     yield LA.qr(A)
     yield LA.qr(torch.cat((A, A), -2), mode="complete")
     yield LA.ormqr(*LA.geqrf(A), B)
+    yield LA.householder_product(*LA.geqrf(A))
     yield LA.svd(A)
     yield LA.svd(torch.cat((A, A), -2), full_matrices=True)
     yield LA.pinv(A)
