@@ -121,15 +121,6 @@ def test_inv_ex_and_det(A):
         assert ours_det[0] == theirs_det[0]
 
 
-@given(matrices(square=False))
-def test_lu_factor_ex(A):
-    require("opencl")
-    with LA.use_backend("opencl"):
-        ours = outcome(LA.lu_factor_ex, A)
-    theirs = outcome(torch.linalg.lu_factor_ex, A)
-    agree("lu_factor_ex", ours, theirs, lambda r: testing.lu_ratio(A, r.LU, r.pivots), A)
-
-
 @given(matrices(), st.integers(1, 3))
 def test_solve_ex_and_triangular(A, k):
     require("opencl")
@@ -145,22 +136,23 @@ def test_solve_ex_and_triangular(A, k):
           lambda X: testing.solve_ratio(A.tril(), X, B, upper=False, left=True, unit=False), A)
 
 
-@given(matrices(square=False))
-def test_qr(A):
-    require("opencl")
-    with LA.use_backend("opencl"):
-        ours = outcome(LA.qr, A)
-    theirs = outcome(torch.linalg.qr, A)
-    agree("qr", ours, theirs, lambda r: max(testing.qr_ratios(A, r.Q, r.R)), A)
+# name -> (ours, torch's, LAPACK's ratio of a result for A): the factorizations of any shape
+FACTORIZATIONS = {
+    "lu_factor_ex": (LA.lu_factor_ex, torch.linalg.lu_factor_ex, lambda A, r: testing.lu_ratio(A, r.LU, r.pivots)),
+    "qr": (LA.qr, torch.linalg.qr, lambda A, r: max(testing.qr_ratios(A, r.Q, r.R))),
+    "svd": (lambda A: LA.svd(A, False), lambda A: torch.linalg.svd(A, False),
+            lambda A, r: max(testing.svd_ratios(A, r.U, r.S, r.Vh))),
+}
 
 
-@given(matrices(square=False))
-def test_svd(A):
+@pytest.mark.parametrize("name", FACTORIZATIONS)
+@given(A=matrices(square=False))
+def test_factorization(name, A):
     require("opencl")
+    ours_function, theirs_function, ratio = FACTORIZATIONS[name]
     with LA.use_backend("opencl"):
-        ours = outcome(LA.svd, A, False)
-    theirs = outcome(torch.linalg.svd, A, False)
-    agree("svd", ours, theirs, lambda r: max(testing.svd_ratios(A, r.U, r.S, r.Vh)), A)
+        ours = outcome(ours_function, A)
+    agree(name, ours, outcome(theirs_function, A), lambda r: ratio(A, r), A)
 
 
 @given(matrices(square=False))
