@@ -15,8 +15,8 @@ All take square matrices. As sgejsv, a tall matrix is first factored by QR
 (mpslinalg's) and its R decomposed, U = Q U_R, and the complete Q gives
 ``full_matrices``' extra columns; a wide matrix is decomposed as its conjugate
 transpose. Every matrix is scaled by a power of two (exact; by svd_tiny and
-svd_pairs themselves for square matrices) so that its largest entry lies in [1/2, 1): inputs near the ends of the float range neither overflow
-nor underflow. The iteration stops on the device, when a sweep rotates nothing
+svd_pairs themselves for square matrices) so that its largest entry lies in
+[1/2, 1): inputs near the ends of the float range neither overflow nor underflow. The iteration stops on the device, when a sweep rotates nothing
 (or after 30), so non-finite input gives NaN, never a hang or a host sync.
 
 Gradients: torch's ``svd_backward`` (and its complex phase check), ``pinv`` by
