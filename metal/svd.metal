@@ -238,7 +238,7 @@ METAL_FUNC void svd_tiny(const device T* a, device T* u, device typename scalar_
     }
     v[j][j] = one;
   }
-  // Scaled by 2^-e, max part in [1/2, 1), as the callers of the other kernels do:
+  // Scaled by 2^-e, max part in [1/2, 1), as svd_jacobi's caller does on the host:
   // exact, and no sum of squares can overflow or underflow.
   int e = 0;
   if (isfinite(largest) && largest > R(0)) {
