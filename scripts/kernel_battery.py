@@ -19,28 +19,28 @@ BATCHES = ((), (3,), (37,))
 DTYPES = tuple(getattr(torch, name) for name in os.environ.get("BATTERY_DTYPES", "float32,complex64,float64,complex128").split(","))
 
 
-def calls(A, B):
-    lower = A.tril()
-    yield LA.inv_ex(A)
-    yield LA.det(A)
-    yield LA.slogdet(A)
-    yield LA.lu_factor_ex(A)
-    yield LA.lu_factor_ex(torch.cat((A, A, A), -2))  # tall
-    yield LA.lu_solve(*LA.lu_factor(A), B)
-    yield LA.solve_ex(A, B)
-    yield LA.solve_triangular(lower, B, upper=False)
-    yield LA.solve_triangular(A.triu(), B, upper=True, left=True, unitriangular=True)
-    yield LA.solve_triangular(lower, torch.cat((B, B, B, B, B), -1), upper=False)  # 40 right-hand sides
-    yield LA.solve_triangular(lower, B[..., :1], upper=False)
-    yield LA.qr(A)
-    yield LA.qr(torch.cat((A, A), -2), mode="complete")
-    yield LA.ormqr(*LA.geqrf(A), B)
-    yield LA.householder_product(*LA.geqrf(A))
-    yield LA.svd(A)
-    yield LA.svd(torch.cat((A, A), -2), full_matrices=True)
-    yield LA.pinv(A)
-    if not A.is_complex() and A.shape[-1] in (16, 32, 64):
-        yield LA.tril_inverse(lower)
+# family -> the calls on a square batch A and right-hand sides B; BATTERY_FAMILIES=lu,qr
+# (say) runs some, so that a slow tool (racecheck) fits a run per family.
+FAMILIES = {
+    "inverse": lambda A, B: (LA.inv_ex(A), LA.det(A)),
+    "lu": lambda A, B: (
+        LA.slogdet(A), LA.lu_factor_ex(A), LA.lu_factor_ex(torch.cat((A, A, A), -2)),  # and tall
+        LA.lu_solve(*LA.lu_factor(A), B), LA.solve_ex(A, B),
+    ),
+    "triangular": lambda A, B: (
+        LA.solve_triangular(A.tril(), B, upper=False),
+        LA.solve_triangular(A.triu(), B, upper=True, left=True, unitriangular=True),
+        LA.solve_triangular(A.tril(), torch.cat((B, B, B, B, B), -1), upper=False),  # 40 right-hand sides
+        LA.solve_triangular(A.tril(), B[..., :1], upper=False),
+        LA.tril_inverse(A.tril()) if not A.is_complex() and A.shape[-1] in (16, 32, 64) else None,
+    ),
+    "qr": lambda A, B: (
+        LA.qr(A), LA.qr(torch.cat((A, A), -2), mode="complete"), LA.ormqr(*LA.geqrf(A), B),
+        LA.householder_product(*LA.geqrf(A)),
+    ),
+    "svd": lambda A, B: (LA.svd(A), LA.svd(torch.cat((A, A), -2), full_matrices=True), LA.pinv(A)),
+}
+SELECTED = os.environ.get("BATTERY_FAMILIES", ",".join(FAMILIES)).split(",")
 
 
 def main(device: str = "cuda") -> int:
@@ -60,14 +60,16 @@ def main(device: str = "cuda") -> int:
             for batch in BATCHES:
                 A = torch.randn(*batch, n, n, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(n, dtype=dtype, device=device)
                 B = torch.randn(*batch, n, 8, dtype=dtype, device=device, generator=generator)
-                for _ in calls(A, B):
-                    pass
+                for family in SELECTED:
+                    FAMILIES[family](A, B)
     for dtype in (torch.float32, torch.complex64):  # many tiny matrices: many threadgroups, the last part-full
         A = torch.randn(1000, 3, 3, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(3, dtype=dtype, device=device)
-        LA.inv_ex(A), LA.svd(A), LA.qr(A), LA.lu_factor_ex(A)
-    for chunk in (16, 32, 64):
-        A = 0.1 * torch.randn(2, 3 * chunk, 2, chunk, device=device, generator=generator)
-        LA.solve_tril(A)
+        for family in SELECTED:
+            FAMILIES[family](A, A)
+    if "triangular" in SELECTED:
+        for chunk in (16, 32, 64):
+            A = 0.1 * torch.randn(2, 3 * chunk, 2, chunk, device=device, generator=generator)
+            LA.solve_tril(A)
     runtime = runtimes.for_device(torch.device(device))
     if device == "cuda":
         torch.cuda.synchronize()
