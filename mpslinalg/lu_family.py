@@ -426,7 +426,10 @@ def _parity(pivots: torch.Tensor) -> torch.Tensor:
 def _slogdet_from(LU: torch.Tensor, pivots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     diagonal = LU.diagonal(dim1=-2, dim2=-1)
     magnitude = diagonal.abs()
-    phase = torch.where(magnitude == 0, 0, diagonal / torch.where(magnitude == 0, 1, magnitude))
+    divisor = torch.where(magnitude == 0, 1, magnitude)
+    # Part by part: a complex quotient by a subnormal magnitude squares it, to 0 (NaN phase).
+    quotient = torch.complex(diagonal.real / divisor, diagonal.imag / divisor) if LU.is_complex() else diagonal / divisor
+    phase = torch.where(magnitude == 0, 0, quotient)
     sign = phase.prod(-1) * _parity(pivots).to(LU.dtype)
     return sign, magnitude.log().sum(-1)
 

@@ -100,7 +100,9 @@ def numerically_singular(A) -> bool:
     """Whether some matrix of A has a condition number past 1/eps of its dtype, where
     whether elimination meets an exactly zero pivot depends on rounding."""
     a = testing.exact(A)
-    return a.size > 0 and bool((np.linalg.cond(a.reshape(-1, *a.shape[-2:])) * testing.eps(A.dtype) > 1).any())
+    if a.size == 0 or not np.isfinite(a).all():  # non-finite input is judged on its own
+        return False
+    return bool((np.linalg.cond(a.reshape(-1, *a.shape[-2:])) * testing.eps(A.dtype) > 1).any())
 
 
 @given(matrices())
@@ -162,6 +164,14 @@ def test_factorization(name, A):
     agree(name, ours, outcome(theirs_function, A), lambda r: ratio(A, r), A)
 
 
+def penrose_ratio(A, X) -> float:
+    """||A X A - A|| / (||A||^2 ||X|| eps): the first Moore-Penrose condition, scaled."""
+    a, x = testing.exact(A), testing.exact(X)
+    size = testing.norm1(a) ** 2 * testing.norm1(x) * testing.eps(A.dtype)
+    residual = testing.norm1(a @ x @ a - a)
+    return float(np.max(np.where(size > 0, residual / np.where(size > 0, size, 1), residual), initial=0))
+
+
 @given(matrices(square=False))
 def test_pinv_and_matrix_rank(A):
     require("opencl")
@@ -169,16 +179,187 @@ def test_pinv_and_matrix_rank(A):
         ours, ours_rank = outcome(LA.pinv, A), outcome(LA.matrix_rank, A)
     theirs, theirs_rank = outcome(torch.linalg.pinv, A), outcome(torch.linalg.matrix_rank, A)
 
-    def penrose(X):  # ||A X A - A|| / (||A||^2 ||X|| eps), the first Moore-Penrose condition
-        a, x = testing.exact(A), testing.exact(X)
-        size = testing.norm1(a) ** 2 * testing.norm1(x) * testing.eps(A.dtype)
-        residual = testing.norm1(a @ x @ a - a)
-        return float(np.max(np.where(size > 0, residual / np.where(size > 0, size, 1), residual), initial=0))
-
-    agree("pinv", ours, theirs, penrose, A)
+    agree("pinv", ours, theirs, lambda X: penrose_ratio(A, X), A)
     if ours_rank[0] == "returned" and theirs_rank[0] == "returned" and torch.isfinite(A).all():
         # ranks may differ only where a singular value sits at the cut-off
         difference = (ours_rank[1] - theirs_rank[1]).abs()
         assert difference.numel() == 0 or difference.max() <= 1
     elif theirs_rank[0] != "returned" and not did_not_converge(theirs_rank, A):
         assert ours_rank == theirs_rank  # torch's error (its NaN error is answered as in agree)
+
+
+# --- flags, and the entry points not fuzzed above ---
+
+
+def right_hand_side(A, left, k):
+    """Ones for op(A) X = B (``left``, k columns) or X op(A) = B (k rows)."""
+    n = A.shape[-1]
+    return torch.ones(*A.shape[:-2], n, k, dtype=A.dtype) if left else torch.ones(*A.shape[:-2], k, n, dtype=A.dtype)
+
+
+def scaled_ratio(residual, size) -> float:
+    """max residual / size over a batch; a residual where size is zero counts 1 / eps."""
+    return float(np.max(np.where(size > 0, residual / np.where(size > 0, size, 1), np.where(residual > 0, 1e30, 0)), initial=0))
+
+
+def plu_ratio(A, P, L, U) -> float:
+    """sget01's ratio for lu()'s P, L, U: ||P L U - A|| / (n ||A|| eps)."""
+    a = testing.exact(A)
+    residual = testing.norm1(testing.exact(P) @ testing.exact(L) @ testing.exact(U) - a)
+    return scaled_ratio(residual, max(1, A.shape[-1]) * testing.norm1(a) * testing.eps(A.dtype))
+
+
+def gram_ratio(A, R) -> float:
+    """For qr(mode='r'): ||R^H R - A^H A|| / (m ||A||^2 eps), free of R's row signs."""
+    a, r = testing.exact(A), testing.exact(R)
+    h = lambda x: np.conj(np.swapaxes(x, -1, -2))
+    residual = testing.norm1(h(r) @ r - h(a) @ a)
+    return scaled_ratio(residual, max(1, A.shape[-2]) * testing.norm1(a) ** 2 * testing.eps(A.dtype))
+
+
+def values_ratio(A, S) -> float:
+    """max |S - S_SciPy| / (k S_max eps)."""
+    a = testing.exact(A)
+    if a.size == 0:
+        return 0.0
+    reference = np.linalg.svd(a, compute_uv=False)
+    return scaled_ratio(np.abs(testing.exact(S) - reference).max(-1),
+                        max(1, min(A.shape[-2:])) * reference[..., 0] * testing.eps(A.dtype))
+
+
+def hermitian_from_lower(A):
+    """The Hermitian matrix whose lower triangle is A's (what pinv(hermitian=True) reads)."""
+    lower = A.tril(-1)
+    diagonal = A.diagonal(dim1=-2, dim2=-1)
+    return lower + lower.mH + torch.diag_embed(diagonal.real.to(A.dtype) if A.is_complex() else diagonal)
+
+
+@given(matrices(), st.booleans(), st.booleans(), st.booleans(), st.integers(1, 3))
+def test_solve_triangular_flags(A, upper, left, unit, k):
+    require("opencl")
+    B = right_hand_side(A, left, k)
+    with LA.use_backend("opencl"):
+        ours = outcome(lambda: LA.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
+    theirs = outcome(lambda: torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
+    agree("solve_triangular", ours, theirs, lambda X: testing.solve_ratio(A, X, B, upper=upper, left=left, unit=unit), A)
+
+
+@given(matrices(), st.booleans(), st.booleans(), st.integers(1, 3))
+def test_solve_and_lu_solve_flags(A, left, adjoint, k):
+    require("opencl")
+    B = right_hand_side(A, left, k)
+    with LA.use_backend("opencl"):
+        ours = outcome(lambda: LA.solve(A, B, left=left))
+    theirs = outcome(lambda: torch.linalg.solve(A, B, left=left))
+    if numerically_singular(A):  # whether a pivot is exactly zero depends on rounding
+        assert ours[0] in (theirs[0], "returned", torch.linalg.LinAlgError)
+    else:
+        agree("solve", ours, theirs, lambda X: testing.general_solve_ratio(A, X, B, left=left), A)
+    factors = torch.linalg.lu_factor_ex(A)
+    if torch.isfinite(A).all() and not numerically_singular(A) and not (factors.info > 0).any():
+        with LA.use_backend("opencl"):
+            ours = outcome(lambda: LA.lu_solve(factors.LU, factors.pivots, B, left=left, adjoint=adjoint))
+        theirs = outcome(lambda: torch.linalg.lu_solve(factors.LU, factors.pivots, B, left=left, adjoint=adjoint))
+        agree("lu_solve", ours, theirs, lambda X: testing.general_solve_ratio(A, X, B, left=left, adjoint=adjoint), A)
+
+
+@given(matrices(square=False))
+def test_lu_and_lu_factor(A):
+    require("opencl")
+    with LA.use_backend("opencl"):
+        ours, ours_factor = outcome(LA.lu, A), outcome(LA.lu_factor, A)
+    theirs, theirs_factor = outcome(torch.linalg.lu, A), outcome(torch.linalg.lu_factor, A)
+    agree("lu", ours, theirs, lambda r: plu_ratio(A, *r), A)
+    if numerically_singular(A):  # lu_factor raises for an exactly zero pivot, which rounding decides
+        assert ours_factor[0] in (theirs_factor[0], "returned", torch.linalg.LinAlgError)
+    else:
+        agree("lu_factor", ours_factor, theirs_factor, lambda r: testing.lu_ratio(A, r.LU, r.pivots), A)
+
+
+@given(matrices())
+def test_inv_slogdet_logdet(A):
+    """inv against torch; slogdet and logdet against NumPy's float64 slogdet (torch's CPU
+    LU turns subnormal matrices into inf/NaN), to n eps cond(A) in log|det| and the sign."""
+    require("opencl")
+    with LA.use_backend("opencl"):
+        ours_inv, ours_slogdet, ours_logdet = outcome(LA.inv, A), outcome(LA.slogdet, A), outcome(LA.logdet, A)
+    theirs_inv = outcome(torch.linalg.inv, A)
+    if numerically_singular(A) or not torch.isfinite(A).all():
+        assert ours_inv[0] in (theirs_inv[0], "returned", torch.linalg.LinAlgError)
+        return
+    agree("inv", ours_inv, theirs_inv, lambda X: testing.inv_ratio(A, X), A)
+    assert ours_slogdet[0] == ours_logdet[0] == "returned", (ours_slogdet, ours_logdet)
+    a = testing.exact(A)
+    sign, logabs = np.linalg.slogdet(a)
+    tolerance = 10 * max(1, A.shape[-1]) * testing.eps(A.dtype) * np.maximum(testing.condition(A), 1)
+    assert np.all(np.abs(testing.exact(ours_slogdet[1].sign) - sign) <= tolerance)
+    tolerance = tolerance + 2 * testing.eps(A.dtype) * np.abs(logabs)  # log|det| itself rounded to float32
+    assert np.all(np.abs(testing.exact(ours_slogdet[1].logabsdet) - logabs) <= tolerance)
+    logdet = testing.exact(ours_logdet[1])
+    if A.is_complex():
+        assert np.all(np.abs(logdet - (np.log(sign) + logabs)) <= 2 * tolerance)
+    else:  # NaN for a negative determinant, as torch.logdet
+        assert np.all(np.isnan(logdet) == (sign < 0)) and np.all(np.abs(np.where(sign > 0, logdet - logabs, 0)) <= tolerance)
+
+
+@given(matrices(square=False), st.sampled_from(("reduced", "complete", "r")))
+def test_qr_modes_geqrf_householder_product(A, mode):
+    require("opencl")
+    with LA.use_backend("opencl"):
+        ours, ours_geqrf = outcome(lambda: LA.qr(A, mode=mode)), outcome(LA.geqrf, A)
+    theirs, theirs_geqrf = outcome(lambda: torch.linalg.qr(A, mode=mode)), outcome(torch.geqrf, A)
+    if mode == "r":
+        agree("qr(r)", ours, theirs, lambda r: gram_ratio(A, r.R), A)
+    else:
+        agree(f"qr({mode})", ours, theirs, lambda r: max(testing.qr_ratios(A, r.Q, r.R)), A)
+    k = min(A.shape[-2:])
+
+    def geqrf_ratios(r):
+        with LA.use_backend("opencl"):
+            Q = LA.householder_product(r[0][..., :k], r[1])  # m x k: square for a wide A
+        return max(testing.qr_ratios(A, Q, r[0][..., :k, :].triu()))
+
+    agree("geqrf + householder_product", ours_geqrf, theirs_geqrf, geqrf_ratios, A)
+
+
+@given(matrices(square=False), st.booleans())
+def test_svd_full_matrices_and_svdvals(A, full_matrices):
+    require("opencl")
+    with LA.use_backend("opencl"):
+        ours, ours_values = outcome(lambda: LA.svd(A, full_matrices=full_matrices)), outcome(LA.svdvals, A)
+    theirs, theirs_values = outcome(lambda: torch.linalg.svd(A, full_matrices=full_matrices)), outcome(torch.linalg.svdvals, A)
+    agree("svd", ours, theirs, lambda r: max(testing.svd_ratios(A, r.U, r.S, r.Vh)), A)
+    agree("svdvals", ours_values, theirs_values, lambda S: values_ratio(A, S), A)
+
+
+@given(matrices(square=False), st.sampled_from(("gels", "gelsy", "gelsd", "gelss")), st.integers(1, 2))
+def test_lstsq_drivers(A, driver, k):
+    """Every driver's solution meets the normal equations A^H (A X - B) = 0 to rounding,
+    which any least-squares solution does (torch's gels on a rank-deficient A need not)."""
+    require("opencl")
+    B = torch.ones(*A.shape[:-1], k, dtype=A.dtype)
+    with LA.use_backend("opencl"):
+        ours = outcome(lambda: LA.lstsq(A, B, driver=driver))
+    theirs = outcome(lambda: torch.linalg.lstsq(A, B, driver=driver))
+
+    def normal_equations(r):
+        a, x, b = testing.exact(A), testing.exact(r.solution), testing.exact(B)
+        residual = testing.norm1(np.conj(np.swapaxes(a, -1, -2)) @ (a @ x - b))
+        size = max(A.shape[-2:]) * testing.norm1(a) * (testing.norm1(a) * testing.norm1(x) + testing.norm1(b)) * testing.eps(A.dtype)
+        return scaled_ratio(residual, size)
+
+    if theirs[0] is torch.linalg.LinAlgError and "full rank" in theirs[1]:
+        # torch's gels on the CPU refuses a rank-deficient A; every mpslinalg driver solves by the SVD
+        assert ours[0] == "returned" and normal_equations(ours[1]) < testing.THRESHOLD, ours
+        return
+    agree(f"lstsq({driver})", ours, theirs, normal_equations, A)
+
+
+@given(matrices(), st.booleans())
+def test_pinv_hermitian(A, hermitian):
+    require("opencl")
+    with LA.use_backend("opencl"):
+        ours = outcome(lambda: LA.pinv(A, hermitian=hermitian))
+    theirs = outcome(lambda: torch.linalg.pinv(A, hermitian=hermitian))
+    read = hermitian_from_lower(A) if hermitian else A
+    agree(f"pinv(hermitian={hermitian})", ours, theirs, lambda X: penrose_ratio(read, X), A)

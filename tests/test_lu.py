@@ -248,6 +248,18 @@ def test_det_slogdet_logdet(device, n, dtype):
     torch.testing.assert_close(LA.logdet(A.to(device)).cpu(), torch.logdet(A), rtol=1e-4, atol=1e-4 * n, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+def test_slogdet_of_subnormal_matrices(device, dtype):
+    # A complex quotient by a subnormal |u_ii| once gave a NaN sign (found by tests/test_fuzz.py).
+    A = torch.diag_embed(torch.tensor([[3e-40, 5e-41, 2e-39]], dtype=torch.float32)).to(dtype)
+    if dtype.is_complex:
+        A = A * torch.tensor(0.6 + 0.8j, dtype=dtype)
+    sign, logabs = LA.slogdet(A.to(device))
+    expected = np.linalg.slogdet(A.numpy().astype(np.complex128 if dtype.is_complex else np.float64))
+    torch.testing.assert_close(sign.cpu(), torch.from_numpy(np.asarray(expected.sign)).to(dtype), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logabs.cpu().double(), torch.from_numpy(np.asarray(expected.logabsdet)), rtol=1e-5, atol=0)
+
+
 def test_determinants_of_singular_and_empty_matrices_as_torch(device):
     S = torch.eye(6)
     S[3, 3] = 0
