@@ -3,7 +3,9 @@ overflow and underflow), subnormals, NaN and ±Inf, exactly singular and rank-de
 matrices, empty and zero-size dimensions, batches, and transposed, conjugated and
 strided views. Each call either meets LAPACK's ratio bound (no worse than torch.linalg's
 own float32 result on the same input, where LAPACK itself loses it), or raises exactly
-torch.linalg's error, or, for non-finite input, gives non-finite output as torch does.
+torch.linalg's error, or, for NaN input, gives non-finite output as torch does. Where
+torch fails (its CPU SVD raises on non-finite input, its gels trips an internal assert
+on NaN, its LU of subnormal matrices overflows), ours must still answer.
 
 CI runs the 'ci' profile; ``HYPOTHESIS_PROFILE=fuzz python -m pytest tests/test_fuzz.py
 --hypothesis-show-statistics`` runs thousands of examples per function."""
@@ -63,6 +65,18 @@ def outcome(function, *args):
         return type(error), str(error)
 
 
+def torch_failed(result) -> bool:
+    """torch reporting a bug of its own (an internal assert), as its CPU gels does on NaN."""
+    return result[0] is RuntimeError and "INTERNAL ASSERT FAILED" in result[1]
+
+
+def subnormal(A) -> bool:
+    """Whether every entry of A is subnormal (or zero): such numbers carry fewer significant
+    bits than eps assumes (2^-149 apart in float32), so LAPACK's ratios do not apply; only
+    errors, finiteness and NaN are compared for them."""
+    return A.numel() > 0 and float(A.abs().max()) < torch.finfo(A.dtype).tiny
+
+
 def did_not_converge(result, A) -> bool:
     """torch's SVD on the CPU (LAPACK) raising for non-finite input."""
     return result[0] is torch.linalg.LinAlgError and "failed to converge" in result[1] and not bool(torch.isfinite(A).all())
@@ -73,9 +87,11 @@ def agree(name, ours, theirs, ratio, A):
     twice torch's own, where the input defeats float32 LAPACK too); non-finite input
     must give non-finite output where torch's is."""
     flat = lambda r: [t for t in (r if isinstance(r, tuple) else (r,)) if t.is_floating_point() or t.is_complex()]
-    if did_not_converge(theirs, A):
-        # torch's SVD on the CPU (LAPACK) raises for non-finite input; on CUDA, as ours, it gives NaN
-        assert ours[0] == "returned" and not all(torch.isfinite(t).all() for t in flat(ours[1])), ours
+    if did_not_converge(theirs, A) or torch_failed(theirs):
+        # torch's SVD on the CPU (LAPACK) raises for non-finite input, and its gels trips an
+        # internal assert on NaN; on CUDA, as ours, the SVD gives NaN
+        assert ours[0] == "returned", ours
+        assert torch.isfinite(A).all() or not all(torch.isfinite(t).all() for t in flat(ours[1])), ours
         return
     if theirs[0] != "returned":
         assert ours[:2] == theirs[:2], f"{name}: {ours[0]} where torch raised {theirs}"
@@ -87,6 +103,8 @@ def agree(name, ours, theirs, ratio, A):
         # [[-inf, b], [c, d]] is [[0, 0], [0, 1/d]], where torch gives NaN); a NaN must show.
         if torch.isnan(A).any() and not finite(theirs[1]):
             assert not finite(ours[1]), f"{name}: finite output from NaN input"
+        return
+    if subnormal(A):
         return
     mine, reference = ratio(ours[1]), ratio(theirs[1])
     if not math.isfinite(reference) or not finite(theirs[1]):
@@ -271,7 +289,7 @@ def test_lu_and_lu_factor(A):
     theirs, theirs_factor = outcome(torch.linalg.lu, A), outcome(torch.linalg.lu_factor, A)
     agree("lu", ours, theirs, lambda r: plu_ratio(A, *r), A)
     if numerically_singular(A):  # lu_factor raises for an exactly zero pivot, which rounding decides
-        assert ours_factor[0] in (theirs_factor[0], "returned", torch.linalg.LinAlgError)
+        assert ours_factor[0] == "returned" or "is zero and using it on lu_solve" in ours_factor[1], ours_factor
     else:
         agree("lu_factor", ours_factor, theirs_factor, lambda r: testing.lu_ratio(A, r.LU, r.pivots), A)
 
@@ -289,6 +307,8 @@ def test_inv_slogdet_logdet(A):
         return
     agree("inv", ours_inv, theirs_inv, lambda X: testing.inv_ratio(A, X), A)
     assert ours_slogdet[0] == ours_logdet[0] == "returned", (ours_slogdet, ours_logdet)
+    if subnormal(A):
+        return
     a = testing.exact(A)
     sign, logabs = np.linalg.slogdet(a)
     tolerance = 10 * max(1, A.shape[-1]) * testing.eps(A.dtype) * np.maximum(testing.condition(A), 1)
