@@ -58,6 +58,13 @@ def matrices(draw, square=True, max_n=12):
     return A
 
 
+def both(ours, theirs, *args):
+    """The outcomes of ``ours`` (on the OpenCL kernels) and ``theirs`` (torch's) on ``args``."""
+    with LA.use_backend("opencl"):
+        mine = outcome(ours, *args)
+    return mine, outcome(theirs, *args)
+
+
 def outcome(function, *args):
     try:
         return "returned", function(*args)
@@ -126,9 +133,8 @@ def numerically_singular(A) -> bool:
 @given(matrices())
 def test_inv_ex_and_det(A):
     require("opencl")
-    with LA.use_backend("opencl"):
-        ours_inv, ours_det = outcome(LA.inv_ex, A), outcome(LA.det, A)
-    theirs_inv, theirs_det = outcome(torch.linalg.inv_ex, A), outcome(torch.linalg.det, A)
+    ours_inv, theirs_inv = both(LA.inv_ex, torch.linalg.inv_ex, A)
+    ours_det, theirs_det = both(LA.det, torch.linalg.det, A)
     singular = any(r[0] == "returned" and bool((r[1].info > 0).any()) for r in (ours_inv, theirs_inv))
     if ours_inv[0] == "returned" and theirs_inv[0] == "returned":
         assert torch.equal(ours_inv[1].info > 0, theirs_inv[1].info > 0) or not torch.isfinite(A).all() or numerically_singular(A)
@@ -152,9 +158,9 @@ def test_inv_ex_and_det(A):
 def test_solve_ex_and_triangular(A, k):
     require("opencl")
     B = torch.ones(*A.shape[:-1], k, dtype=A.dtype)
-    with LA.use_backend("opencl"):
-        ours, ours_tri = outcome(LA.solve_ex, A, B), outcome(lambda: LA.solve_triangular(A.tril(), B, upper=False))
-    theirs, theirs_tri = outcome(torch.linalg.solve_ex, A, B), outcome(lambda: torch.linalg.solve_triangular(A.tril(), B, upper=False))
+    ours, theirs = both(LA.solve_ex, torch.linalg.solve_ex, A, B)
+    ours_tri, theirs_tri = both(lambda A, B: LA.solve_triangular(A, B, upper=False),
+                                lambda A, B: torch.linalg.solve_triangular(A, B, upper=False), A.tril(), B)
     if any(r[0] == "returned" and (r[1].info > 0).any() for r in (ours, theirs)):
         assert ours[0] == theirs[0] == "returned" and (torch.equal(ours[1].info > 0, theirs[1].info > 0) or numerically_singular(A))
     else:
@@ -177,9 +183,7 @@ FACTORIZATIONS = {
 def test_factorization(name, A):
     require("opencl")
     ours_function, theirs_function, ratio = FACTORIZATIONS[name]
-    with LA.use_backend("opencl"):
-        ours = outcome(ours_function, A)
-    agree(name, ours, outcome(theirs_function, A), lambda r: ratio(A, r), A)
+    agree(name, *both(ours_function, theirs_function, A), lambda r: ratio(A, r), A)
 
 
 def penrose_ratio(A, X) -> float:
@@ -193,9 +197,8 @@ def penrose_ratio(A, X) -> float:
 @given(matrices(square=False))
 def test_pinv_and_matrix_rank(A):
     require("opencl")
-    with LA.use_backend("opencl"):
-        ours, ours_rank = outcome(LA.pinv, A), outcome(LA.matrix_rank, A)
-    theirs, theirs_rank = outcome(torch.linalg.pinv, A), outcome(torch.linalg.matrix_rank, A)
+    ours, theirs = both(LA.pinv, torch.linalg.pinv, A)
+    ours_rank, theirs_rank = both(LA.matrix_rank, torch.linalg.matrix_rank, A)
 
     agree("pinv", ours, theirs, lambda X: penrose_ratio(A, X), A)
     if ours_rank[0] == "returned" and theirs_rank[0] == "returned" and torch.isfinite(A).all():
@@ -256,9 +259,8 @@ def hermitian_from_lower(A):
 def test_solve_triangular_flags(A, upper, left, unit, k):
     require("opencl")
     B = right_hand_side(A, left, k)
-    with LA.use_backend("opencl"):
-        ours = outcome(lambda: LA.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
-    theirs = outcome(lambda: torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
+    flags = dict(upper=upper, left=left, unitriangular=unit)
+    ours, theirs = both(lambda A, B: LA.solve_triangular(A, B, **flags), lambda A, B: torch.linalg.solve_triangular(A, B, **flags), A, B)
     agree("solve_triangular", ours, theirs, lambda X: testing.solve_ratio(A, X, B, upper=upper, left=left, unit=unit), A)
 
 
@@ -266,27 +268,23 @@ def test_solve_triangular_flags(A, upper, left, unit, k):
 def test_solve_and_lu_solve_flags(A, left, adjoint, k):
     require("opencl")
     B = right_hand_side(A, left, k)
-    with LA.use_backend("opencl"):
-        ours = outcome(lambda: LA.solve(A, B, left=left))
-    theirs = outcome(lambda: torch.linalg.solve(A, B, left=left))
+    ours, theirs = both(lambda A, B: LA.solve(A, B, left=left), lambda A, B: torch.linalg.solve(A, B, left=left), A, B)
     if numerically_singular(A):  # whether a pivot is exactly zero depends on rounding
         assert ours[0] in (theirs[0], "returned", torch.linalg.LinAlgError)
     else:
         agree("solve", ours, theirs, lambda X: testing.general_solve_ratio(A, X, B, left=left), A)
     factors = torch.linalg.lu_factor_ex(A)
     if torch.isfinite(A).all() and not numerically_singular(A) and not (factors.info > 0).any():
-        with LA.use_backend("opencl"):
-            ours = outcome(lambda: LA.lu_solve(factors.LU, factors.pivots, B, left=left, adjoint=adjoint))
-        theirs = outcome(lambda: torch.linalg.lu_solve(factors.LU, factors.pivots, B, left=left, adjoint=adjoint))
+        ours, theirs = both(lambda *a: LA.lu_solve(*a, left=left, adjoint=adjoint),
+                            lambda *a: torch.linalg.lu_solve(*a, left=left, adjoint=adjoint), factors.LU, factors.pivots, B)
         agree("lu_solve", ours, theirs, lambda X: testing.general_solve_ratio(A, X, B, left=left, adjoint=adjoint), A)
 
 
 @given(matrices(square=False))
 def test_lu_and_lu_factor(A):
     require("opencl")
-    with LA.use_backend("opencl"):
-        ours, ours_factor = outcome(LA.lu, A), outcome(LA.lu_factor, A)
-    theirs, theirs_factor = outcome(torch.linalg.lu, A), outcome(torch.linalg.lu_factor, A)
+    ours, theirs = both(LA.lu, torch.linalg.lu, A)
+    ours_factor, theirs_factor = both(LA.lu_factor, torch.linalg.lu_factor, A)
     agree("lu", ours, theirs, lambda r: plu_ratio(A, *r), A)
     if numerically_singular(A):  # lu_factor raises for an exactly zero pivot, which rounding decides
         assert ours_factor[0] == "returned" or "is zero and using it on lu_solve" in ours_factor[1], ours_factor
@@ -299,9 +297,9 @@ def test_inv_slogdet_logdet(A):
     """inv against torch; slogdet and logdet against NumPy's float64 slogdet (torch's CPU
     LU turns subnormal matrices into inf/NaN), to n eps cond(A) in log|det| and the sign."""
     require("opencl")
+    ours_inv, theirs_inv = both(LA.inv, torch.linalg.inv, A)
     with LA.use_backend("opencl"):
-        ours_inv, ours_slogdet, ours_logdet = outcome(LA.inv, A), outcome(LA.slogdet, A), outcome(LA.logdet, A)
-    theirs_inv = outcome(torch.linalg.inv, A)
+        ours_slogdet, ours_logdet = outcome(LA.slogdet, A), outcome(LA.logdet, A)
     if numerically_singular(A) or not torch.isfinite(A).all():
         assert ours_inv[0] in (theirs_inv[0], "returned", torch.linalg.LinAlgError)
         return
@@ -325,9 +323,8 @@ def test_inv_slogdet_logdet(A):
 @given(matrices(square=False), st.sampled_from(("reduced", "complete", "r")))
 def test_qr_modes_geqrf_householder_product(A, mode):
     require("opencl")
-    with LA.use_backend("opencl"):
-        ours, ours_geqrf = outcome(lambda: LA.qr(A, mode=mode)), outcome(LA.geqrf, A)
-    theirs, theirs_geqrf = outcome(lambda: torch.linalg.qr(A, mode=mode)), outcome(torch.geqrf, A)
+    ours, theirs = both(LA.qr, torch.linalg.qr, A, mode)
+    ours_geqrf, theirs_geqrf = both(LA.geqrf, torch.geqrf, A)
     if mode == "r":
         agree("qr(r)", ours, theirs, lambda r: gram_ratio(A, r.R), A)
     else:
@@ -345,9 +342,8 @@ def test_qr_modes_geqrf_householder_product(A, mode):
 @given(matrices(square=False), st.booleans())
 def test_svd_full_matrices_and_svdvals(A, full_matrices):
     require("opencl")
-    with LA.use_backend("opencl"):
-        ours, ours_values = outcome(lambda: LA.svd(A, full_matrices=full_matrices)), outcome(LA.svdvals, A)
-    theirs, theirs_values = outcome(lambda: torch.linalg.svd(A, full_matrices=full_matrices)), outcome(torch.linalg.svdvals, A)
+    ours, theirs = both(LA.svd, torch.linalg.svd, A, full_matrices)
+    ours_values, theirs_values = both(LA.svdvals, torch.linalg.svdvals, A)
     agree("svd", ours, theirs, lambda r: max(testing.svd_ratios(A, r.U, r.S, r.Vh)), A)
     agree("svdvals", ours_values, theirs_values, lambda S: values_ratio(A, S), A)
 
@@ -358,9 +354,7 @@ def test_lstsq_drivers(A, driver, k):
     which any least-squares solution does (torch's gels on a rank-deficient A need not)."""
     require("opencl")
     B = torch.ones(*A.shape[:-1], k, dtype=A.dtype)
-    with LA.use_backend("opencl"):
-        ours = outcome(lambda: LA.lstsq(A, B, driver=driver))
-    theirs = outcome(lambda: torch.linalg.lstsq(A, B, driver=driver))
+    ours, theirs = both(lambda A, B: LA.lstsq(A, B, driver=driver), lambda A, B: torch.linalg.lstsq(A, B, driver=driver), A, B)
 
     def normal_equations(r):
         a, x, b = testing.exact(A), testing.exact(r.solution), testing.exact(B)
@@ -378,8 +372,6 @@ def test_lstsq_drivers(A, driver, k):
 @given(matrices(), st.booleans())
 def test_pinv_hermitian(A, hermitian):
     require("opencl")
-    with LA.use_backend("opencl"):
-        ours = outcome(lambda: LA.pinv(A, hermitian=hermitian))
-    theirs = outcome(lambda: torch.linalg.pinv(A, hermitian=hermitian))
+    ours, theirs = both(lambda A: LA.pinv(A, hermitian=hermitian), lambda A: torch.linalg.pinv(A, hermitian=hermitian), A)
     read = hermitian_from_lower(A) if hermitian else A
     agree(f"pinv(hermitian={hermitian})", ours, theirs, lambda X: penrose_ratio(read, X), A)
