@@ -562,5 +562,6 @@ def write(results: list[Result], header: str, peak: float | None, markdown_path:
         with open(json_path, "w") as f:
             json.dump({"header": header, "peak": peak, "results": [asdict(r) | {"bandwidth": r.bandwidth} for r in results]}, f, indent=1)
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -132,6 +132,12 @@ def solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor, upper: bool, 
     return _column_ratio(t, x, b, left, A.dtype)
 
 
+def scaled_ratio(residual: np.ndarray, scale: np.ndarray, dtype: torch.dtype) -> float:
+    """max residual / scale over a batch (0 for an empty one), as LAPACK's tests: a nonzero
+    residual where the scale is zero counts 1/eps."""
+    return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), np.where(residual > 0, 1 / eps(dtype), 0)), initial=0))
+
+
 def _column_ratio(a: np.ndarray, x: np.ndarray, b: np.ndarray, left: bool, dtype: torch.dtype) -> float:
     """max_j ||b_j - a x_j||_1 / (||a||_1 ||x_j||_1 eps) of a X = B, or of X a = B
     taken on the transposed system; 1/eps for a residual with a zero scale."""
@@ -139,7 +145,7 @@ def _column_ratio(a: np.ndarray, x: np.ndarray, b: np.ndarray, left: bool, dtype
         a, x, b = np.swapaxes(a, -1, -2), np.swapaxes(x, -1, -2), np.swapaxes(b, -1, -2)
     residual = np.abs(b - a @ x).sum(-2)  # per column
     scale = norm1(a)[..., None] * np.abs(x).sum(-2) * eps(dtype)
-    return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), np.where(residual > 0, 1 / eps(dtype), 0))))
+    return scaled_ratio(residual, scale, dtype)
 
 
 def lu_ratio(A: torch.Tensor, LU: torch.Tensor, pivots: torch.Tensor) -> float:
@@ -162,7 +168,7 @@ def lu_ratio(A: torch.Tensor, LU: torch.Tensor, pivots: torch.Tensor) -> float:
     rows = np.take_along_axis(a, order[..., None], -2)  # P^T A
     residual = norm1(product - rows)
     scale = n * norm1(a) * eps(A.dtype)
-    return float(np.max(np.where(scale > 0, residual / np.where(scale > 0, scale, 1), np.where(residual > 0, 1 / eps(A.dtype), 0))))
+    return scaled_ratio(residual, scale, A.dtype)
 
 
 def general_solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor, left: bool = True, adjoint: bool = False) -> float:

@@ -389,7 +389,7 @@ def solve_triangular(
     if _dispatch.kernel_runtime(A) is None:
         return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
     _check_solve(A, B, left)
-    if not (A.is_floating_point() or A.is_complex()) or not _dispatch.has_kernels(A, B):
+    if not _dispatch.has_kernels(A, B):
         return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
     _checks.out_without_grad("linalg_solve_triangular", out, A, B)
     return _checks.into(out, _solve(A, B, upper, left, unitriangular))

@@ -45,15 +45,14 @@ SELECTED = os.environ.get("BATTERY_FAMILIES", ",".join(FAMILIES)).split(",")
 
 def main(device: str = "cuda") -> int:
     launched = set()
-    real = runtimes.launch
+    runtime = runtimes.for_device(torch.device(device))
+    real = runtime.launch
 
-    def counting(kernel, groups, *args, **values):
-        dtype = next((a.dtype for a, d in zip(args, kernel.args) if getattr(d, "element", None) == "T"), kernel.dtypes[0])
-        launched.add(kernel.instance(dtype, **values).host_name)
-        return real(kernel, groups, *args, **values)
+    def counting(instance, *args):  # every family's launch passes here with its instance
+        launched.add(instance.host_name)
+        return real(instance, *args)
 
-    for module in (LA.inverse, LA.lu_family, LA.triangular, LA.qr_family, LA.svd_family):
-        module.launch = counting
+    runtime.launch = counting
     generator = torch.Generator(device=device).manual_seed(0)
     for dtype in DTYPES:
         for n in SIZES:
@@ -70,7 +69,6 @@ def main(device: str = "cuda") -> int:
         for chunk in (16, 32, 64):
             A = 0.1 * torch.randn(2, 3 * chunk, 2, chunk, device=device, generator=generator)
             LA.solve_tril(A)
-    runtime = runtimes.for_device(torch.device(device))
     if device == "cuda":
         torch.cuda.synchronize()
     every = {

@@ -19,7 +19,7 @@ from hypothesis import assume, given, note, strategies as st
 
 import mpslinalg as LA
 from conftest import require
-from mpslinalg import testing
+from mpslinalg import svd_family, testing
 
 DTYPES = (torch.float32, torch.complex64)
 KINDS = ("gaussian", "scaled", "subnormal", "singular", "rank one", "nan", "inf", "zero")
@@ -218,16 +218,11 @@ def right_hand_side(A, left, k):
     return torch.ones(*A.shape[:-2], n, k, dtype=A.dtype) if left else torch.ones(*A.shape[:-2], k, n, dtype=A.dtype)
 
 
-def scaled_ratio(residual, size) -> float:
-    """max residual / size over a batch; a residual where size is zero counts 1 / eps."""
-    return float(np.max(np.where(size > 0, residual / np.where(size > 0, size, 1), np.where(residual > 0, 1e30, 0)), initial=0))
-
-
 def plu_ratio(A, P, L, U) -> float:
     """sget01's ratio for lu()'s P, L, U: ||P L U - A|| / (n ||A|| eps)."""
     a = testing.exact(A)
     residual = testing.norm1(testing.exact(P) @ testing.exact(L) @ testing.exact(U) - a)
-    return scaled_ratio(residual, max(1, A.shape[-1]) * testing.norm1(a) * testing.eps(A.dtype))
+    return testing.scaled_ratio(residual, max(1, A.shape[-1]) * testing.norm1(a) * testing.eps(A.dtype), A.dtype)
 
 
 def gram_ratio(A, R) -> float:
@@ -235,7 +230,7 @@ def gram_ratio(A, R) -> float:
     a, r = testing.exact(A), testing.exact(R)
     h = lambda x: np.conj(np.swapaxes(x, -1, -2))
     residual = testing.norm1(h(r) @ r - h(a) @ a)
-    return scaled_ratio(residual, max(1, A.shape[-2]) * testing.norm1(a) ** 2 * testing.eps(A.dtype))
+    return testing.scaled_ratio(residual, max(1, A.shape[-2]) * testing.norm1(a) ** 2 * testing.eps(A.dtype), A.dtype)
 
 
 def values_ratio(A, S) -> float:
@@ -244,15 +239,8 @@ def values_ratio(A, S) -> float:
     if a.size == 0:
         return 0.0
     reference = np.linalg.svd(a, compute_uv=False)
-    return scaled_ratio(np.abs(testing.exact(S) - reference).max(-1),
-                        max(1, min(A.shape[-2:])) * reference[..., 0] * testing.eps(A.dtype))
-
-
-def hermitian_from_lower(A):
-    """The Hermitian matrix whose lower triangle is A's (what pinv(hermitian=True) reads)."""
-    lower = A.tril(-1)
-    diagonal = A.diagonal(dim1=-2, dim2=-1)
-    return lower + lower.mH + torch.diag_embed(diagonal.real.to(A.dtype) if A.is_complex() else diagonal)
+    return testing.scaled_ratio(np.abs(testing.exact(S) - reference).max(-1),
+                                max(1, min(A.shape[-2:])) * reference[..., 0] * testing.eps(A.dtype), A.dtype)
 
 
 @given(matrices(), st.booleans(), st.booleans(), st.booleans(), st.integers(1, 3))
@@ -360,7 +348,7 @@ def test_lstsq_drivers(A, driver, k):
         a, x, b = testing.exact(A), testing.exact(r.solution), testing.exact(B)
         residual = testing.norm1(np.conj(np.swapaxes(a, -1, -2)) @ (a @ x - b))
         size = max(A.shape[-2:]) * testing.norm1(a) * (testing.norm1(a) * testing.norm1(x) + testing.norm1(b)) * testing.eps(A.dtype)
-        return scaled_ratio(residual, size)
+        return testing.scaled_ratio(residual, size, A.dtype)
 
     if theirs[0] is torch.linalg.LinAlgError and "full rank" in theirs[1]:
         # torch's gels on the CPU refuses a rank-deficient A; every mpslinalg driver solves by the SVD
@@ -373,5 +361,5 @@ def test_lstsq_drivers(A, driver, k):
 def test_pinv_hermitian(A, hermitian):
     require("opencl")
     ours, theirs = both(lambda A: LA.pinv(A, hermitian=hermitian), lambda A: torch.linalg.pinv(A, hermitian=hermitian), A)
-    read = hermitian_from_lower(A) if hermitian else A
+    read = svd_family._hermitian_from_lower(A) if hermitian else A
     agree(f"pinv(hermitian={hermitian})", ours, theirs, lambda X: penrose_ratio(read, X), A)

@@ -13,6 +13,7 @@ import torch
 import mpslinalg as LA
 from conftest import require
 from mpslinalg import _dispatch
+from mpslinalg.check import _synchronize
 from mpslinalg.runtimes import for_device
 
 REPEATS = int(os.environ.get("MPSLINALG_REPEATS", "300"))  # the 10^4 on demand
@@ -166,11 +167,10 @@ def test_repeated_calls_keep_memory_and_compiled_kernels(device, name, monkeypat
 
 def device_memory(device) -> int:
     gc.collect()
+    _synchronize(device)
     if device.type == "cuda":
-        torch.cuda.synchronize()
         return torch.cuda.memory_allocated(device)
     if device.type == "mps":
-        torch.mps.synchronize()
         return torch.mps.driver_allocated_memory()
     return 0
 

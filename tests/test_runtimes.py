@@ -322,7 +322,7 @@ def test_bench_command_writes_table_and_json(tmp_path):
     assert len(progress) == 4 and progress[-1].endswith("inv 256 x 4x4 float32 rigid poses"), done.stderr
 
 
-def test_bench_merges_runs_and_defaults_to_every_family(tmp_path, monkeypatch, capsys):
+def test_bench_merges_runs_and_defaults_to_every_family(tmp_path, monkeypatch):
     from mpslinalg import bench
 
     runs = []
