@@ -14,10 +14,9 @@ METAL_FUNC T lower_element(const device T* a, int n, int i, int j) {
 
 // strsm (Left, Lower, No transpose), one threadgroup per (system, block of
 // GROUP right-hand sides): A's triangle is staged once in threadgroup memory,
-// packed by rows (row i at i (i + 1) / 2, so that a complex 64 x 64 fits in
-// Metal's 32 KiB beside its columns), and every thread solves one column by
-// forward substitution, dividing by the diagonal as the reference strsm does (a
-// zero diagonal gives inf/NaN, no error).
+// packed by rows (row i at i (i + 1) / 2: half the memory of the square), and
+// every thread solves one column by forward substitution, dividing by the
+// diagonal as the reference strsm does (a zero diagonal gives inf/NaN, no error).
 //   a: batch x n x n (a_stride apart: 0 broadcasts one A), b and x: batch x n x k.
 template <typename T, int N, bool UPPER, bool UNIT, int GROUP>
 METAL_FUNC void trsm_small(const device T* a, const device T* b, device T* x, int n, int k, long a_stride,

@@ -70,6 +70,8 @@ SVD_JACOBI = Kernel(
     group_size=lambda GROUP: GROUP,
     template=lambda GROUP: (GROUP,),
     shared=lambda GROUP: [Shared("flags", "int", 1), Shared("partial", "R", GROUP // 32)],
+    # 512 threads serve n <= 32, which svd_pairs takes unless complex n > 16.
+    where=lambda dtype, GROUP: GROUP > 512 or dtype.is_complex,
 )
 
 

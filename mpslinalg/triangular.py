@@ -26,9 +26,10 @@ from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import launch
 
 SIZES = (16, 32, 64)
-# Right-hand sides per threadgroup in trsm_small: a SIMD group, half of one at
-# N = 64, where a complex system's triangle and 32 columns would pass 32 KiB.
-SMALL_GROUPS = {16: 32, 32: 32, 64: 16}
+# Right-hand sides per threadgroup in trsm_small: a SIMD group. Systems of 33 to 64
+# rows go to trsm_by_inverse or trsm_rows (a thread a row), so trsm_small stops at 32.
+SMALL_SIZES = (16, 32)
+SMALL_GROUP = 32
 # The inverse-based kernels run a team of N threads per matrix (N for the diagonal
 # blocks; the products' register tiles then hold 8 to 32 outputs, few loads per
 # multiply-add), several teams to a threadgroup for small N. Measured on the H200:
@@ -58,11 +59,11 @@ TRSM_SMALL = Kernel(
     function="trsm_small",
     source="triangular.metal",
     args=(Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Scalar("n"), Scalar("k"), Scalar("a_stride")),
-    instances=tuple({"N": n, "UPPER": u, "UNIT": d} for n in SIZES for u in (0, 1) for d in (0, 1)),
-    group_size=lambda N, UPPER, UNIT: SMALL_GROUPS[N],
-    template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), SMALL_GROUPS[N]),
+    instances=tuple({"N": n, "UPPER": u, "UNIT": d} for n in SMALL_SIZES for u in (0, 1) for d in (0, 1)),
+    group_size=SMALL_GROUP,
+    template=lambda N, UPPER, UNIT: (N, bool(UPPER), bool(UNIT), SMALL_GROUP),
     shared=lambda N, UPPER, UNIT: [
-        Shared("lower", "T", N * (N + 1) // 2), Shared("columns", "T", N * (SMALL_GROUPS[N] + 1)),
+        Shared("lower", "T", N * (N + 1) // 2), Shared("columns", "T", N * (SMALL_GROUP + 1)),
     ],
 )
 
@@ -150,8 +151,8 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
         launch(TRSM_BY_INVERSE, -(-teams // TRSM_TEAMS[n]), A, B, X, n, k, a_stride, int(upper), int(unit), teams, N=n, KC=width)
     elif n <= SIZES[-1]:
         size = _size_for(n)
-        if k > ROWS_BLOCK and n <= 32 and TRSM_SMALL.exists(A.dtype, N=size, UPPER=int(upper), UNIT=int(unit)):
-            blocks = -(-k // SMALL_GROUPS[size])
+        if k > ROWS_BLOCK and TRSM_SMALL.exists(A.dtype, N=size, UPPER=int(upper), UNIT=int(unit)):
+            blocks = -(-k // SMALL_GROUP)
             launch(TRSM_SMALL, batch * blocks, A, B, X, n, k, a_stride, N=size, UPPER=int(upper), UNIT=int(unit))
         else:
             blocks = -(-k // ROWS_BLOCK)
@@ -179,7 +180,7 @@ def _lower_inverse(L: torch.Tensor, unit: bool) -> torch.Tensor:
         inverse = torch.empty_like(L)
         launch(TRIL_INVERSE_SMALL, -(-batch // TEAMS[size]), L, inverse, m, batch, int(unit), N=size)
         return inverse
-    if TRSM_SMALL.exists(L.dtype, N=size, UPPER=0, UNIT=int(unit)):  # complex
+    if size:  # no tril_inverse_small (complex): solve L X = I
         eye = torch.eye(m, dtype=L.dtype, device=L.device).expand(batch, m, m).contiguous()
         return _solve_left(L, eye, upper=False, unit=unit)
     half = (m // 2 + SIZES[-1] - 1) // SIZES[-1] * SIZES[-1] if m > 2 * SIZES[-1] else m // 2

@@ -3,13 +3,14 @@
 1, batches that leave a threadgroup part-full). Prints how many of the CUDA runtime's
 kernel instantiations it launched, and which it did not."""
 
+import contextlib
 import os
 import sys
 
 import torch
 
 import mpslinalg as LA
-from mpslinalg import runtimes
+from mpslinalg import lu_family, qr_family, runtimes
 from mpslinalg._kernel import KERNELS
 
 # BATTERY_SIZES=1,3,16,33 (say) for a shorter run: racecheck is the slowest tool.
@@ -30,7 +31,11 @@ FAMILIES = {
     "triangular": lambda A, B: (
         LA.solve_triangular(A.tril(), B, upper=False),
         LA.solve_triangular(A.triu(), B, upper=True, left=True, unitriangular=True),
-        LA.solve_triangular(A.tril(), torch.cat((B, B, B, B, B), -1), upper=False),  # 40 right-hand sides
+        LA.solve_triangular(A.tril(), torch.cat((B, B), -1), upper=False),  # 16 right-hand sides
+        LA.solve_triangular(A.tril(), torch.cat((B, B, B, B, B), -1), upper=False),  # 40
+        LA.solve_triangular(A.triu(), torch.cat((B, B, B, B, B), -1), upper=True, unitriangular=True),
+        LA.solve_triangular(A.tril(), torch.cat((B, B, B, B, B), -1), upper=False, unitriangular=True),
+        LA.solve_triangular(A.triu(), torch.cat((B, B, B, B, B), -1), upper=True),
         LA.solve_triangular(A.tril(), B[..., :1], upper=False),
         LA.tril_inverse(A.tril()) if not A.is_complex() and A.shape[-1] in (16, 32, 64) else None,
     ),
@@ -41,6 +46,18 @@ FAMILIES = {
     "svd": lambda A, B: (LA.svd(A), LA.svd(torch.cat((A, A), -2), full_matrices=True), LA.pinv(A)),
 }
 SELECTED = os.environ.get("BATTERY_FAMILIES", ",".join(FAMILIES)).split(",")
+
+
+@contextlib.contextmanager
+def fits_refused(refuse: bool):
+    """lu_family and qr_family told that no instance of 1024 threads fits, if ``refuse``."""
+    saved = lu_family.fits, qr_family.fits
+    if refuse:
+        lu_family.fits = qr_family.fits = lambda kernel, dtype, device, **values: values.get("GROUP", 0) < 1024
+    try:
+        yield
+    finally:
+        lu_family.fits, qr_family.fits = saved
 
 
 def main(device: str = "cuda") -> int:
@@ -56,6 +73,7 @@ def main(device: str = "cuda") -> int:
     generator = torch.Generator(device=device).manual_seed(0)
     for dtype in DTYPES:
         for n in SIZES:
+            print(f"{dtype} n={n}", flush=True)  # where a run cut by a timeout got to
             for batch in BATCHES:
                 A = torch.randn(*batch, n, n, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(n, dtype=dtype, device=device)
                 B = torch.randn(*batch, n, 8, dtype=dtype, device=device, generator=generator)
@@ -65,10 +83,22 @@ def main(device: str = "cuda") -> int:
         A = torch.randn(1000, 3, 3, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(3, dtype=dtype, device=device)
         for family in SELECTED:
             FAMILIES[family](A, A)
+    # Panels by height: 1024 threads with 1, 2, 4 rows each, then the tall panel; with
+    # fits() refusing 1024 threads (as a Metal pipeline may), the 256-thread shapes.
+    for dtype in DTYPES:
+        for refuse in (False, True):
+            with fits_refused(refuse):
+                for m in (300, 600, 1100, 2100, 4200):
+                    A = torch.randn(m, 40, dtype=dtype, device=device, generator=generator)
+                    if "lu" in SELECTED:
+                        LA.lu_factor_ex(A)
+                    if "qr" in SELECTED:
+                        LA.qr(A)
     if "triangular" in SELECTED:
-        for chunk in (16, 32, 64):
-            A = 0.1 * torch.randn(2, 3 * chunk, 2, chunk, device=device, generator=generator)
-            LA.solve_tril(A)
+        for dtype in (d for d in DTYPES if not d.is_complex):
+            for chunk in (16, 32, 64):
+                A = 0.1 * torch.randn(2, 3 * chunk, 2, chunk, dtype=dtype, device=device, generator=generator)
+                LA.solve_tril(A)
     if device == "cuda":
         torch.cuda.synchronize()
     every = {
