@@ -107,6 +107,73 @@ def call(op, body, *args, function=None):
     return op(*args)
 
 
+def save(ctx, *tensors: torch.Tensor) -> None:
+    """A family's setup_context saves with this: for its backward, and for the JVP of
+    ``with_transposed_jvp``'s function, which reads the same tensors."""
+    ctx.save_for_backward(*tensors)
+    ctx.save_for_forward(*tensors)
+
+
+def with_transposed_jvp(op, setup_context, backward, transposed=None, jvp=None, finish=None) -> type[torch.autograd.Function]:
+    """The torch.autograd.Function that ``call`` takes for ``op`` under forward mode or a
+    torch.func transform: the op's own setup_context (saving with ``save``) and
+    backward, and for JVP the transpose of the backward. The VJP u -> J^H u is linear
+    in the cotangent u, so its own VJP at a tangent t is J t: one formula serves both
+    modes and runs on the device, where torch's JVP is the adjoint of its VJP (which its
+    gradcheck asserts). ``transposed`` stands in for ``backward`` there where the
+    backward holds a check on values that a vmapped tensor cannot take; ``finish`` (ctx,
+    tangents) -> tangents moves the transpose's result to torch's choice where the
+    outputs are not unique; ``jvp`` (ctx, *tangents) replaces the transpose altogether."""
+    formula = transposed or backward
+
+    class Function(torch.autograd.Function):
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(*args):
+            return op(*args)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            setup_context(ctx, inputs, output)
+            outputs = output if isinstance(output, tuple) else (output,)
+            ctx.output_like = [(o.shape, o.stride(), o.dtype) for o in outputs]
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return backward(ctx, *grads)
+
+        @staticmethod
+        def jvp(ctx, *tangents):
+            if jvp is not None:
+                return jvp(ctx, *tangents)
+            device = ctx.saved_tensors[0].device
+            zeros = [torch.zeros(shape, dtype=dtype, device=device) for shape, _, dtype in ctx.output_like]
+            moving = []  # the inputs with a tangent and a gradient
+
+            def vjp(*cotangents):
+                grads = formula(ctx, *cotangents)
+                grads = grads if isinstance(grads, tuple) else (grads,)
+                moving[:] = [i for i, g in enumerate(grads) if g is not None and isinstance(tangents[i], torch.Tensor)]
+                return tuple(grads[i] for i in moving)
+
+            _, transpose = torch.func.vjp(vjp, *zeros)
+            result = transpose(tuple(tangents[i] for i in moving))
+            if finish is not None:
+                result = finish(ctx, result)
+            # Forward mode wants a view's tangent laid out as the view (outputs may be transposes).
+            result = tuple(_laid_out(t, shape, stride) for t, (shape, stride, _) in zip(result, ctx.output_like))
+            return result if len(result) > 1 else result[0]
+
+    return Function
+
+
+def _laid_out(t: torch.Tensor, shape, stride) -> torch.Tensor:
+    if torch._C._functorch.is_functorch_wrapped_tensor(t) or t.stride() == stride:
+        return t
+    return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
 def _plain(args) -> bool:
     tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
     if torch.compiler.is_compiling() or needs_forward_mode(*tensors):

@@ -554,8 +554,8 @@ def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
     m = A.shape[-2]
     if pivot:
         order = _permutation(pivots, m)
-        P = torch.zeros(*A.shape[:-2], m, m, dtype=A.dtype, device=A.device)
-        P.scatter_(-2, order[..., None, :], 1)  # column i of P is e_order[i]
+        zeros = torch.zeros(*A.shape[:-2], m, m, dtype=A.dtype, device=A.device)
+        P = zeros.scatter(-2, order[..., None, :], 1)  # column i of P is e_order[i]; out of place for vmap
     else:
         P = A.new_empty(0)
     return torch.return_types.linalg_lu(_checks.into_each(out, (P, L, U)))

@@ -170,6 +170,16 @@ def _(A):
     return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty((*A.shape[:-2], min(A.shape[-2:])))
 
 
+def _leading(info, x: torch.Tensor, dim: int | None) -> torch.Tensor:
+    """x with vmap's dimension first (x repeated where it has none): the ops take batches."""
+    return x.expand(info.batch_size, *x.shape) if dim is None else x.movedim(dim, 0)
+
+
+@_geqrf_op.register_vmap
+def _(info, in_dims, A):
+    return torch.ops.mpslinalg.geqrf(_leading(info, A, in_dims[0])), (0, 0)
+
+
 def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     a, t = _checks.resolved(A), _checks.resolved(tau)
     *batch, m, n = a.shape
@@ -211,22 +221,45 @@ def _(A, tau):
     return torch.empty_like(A, memory_format=torch.contiguous_format)
 
 
+@_householder_op.register_vmap
+def _(info, in_dims, A, tau):
+    return torch.ops.mpslinalg.householder_product(_leading(info, A, in_dims[0]), _leading(info, tau, in_dims[1])), 0
+
+
+def _householder_reference(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """householder_product in differentiable torch operations (compact WY panels): its
+    derivatives are this function's."""
+    identity = torch.eye(*A.shape[-2:], dtype=A.dtype, device=A.device).expand(A.shape)
+    return _apply_reflectors(A, tau, identity, left=True, transpose=False)
+
+
 def _householder_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    _dispatch.save(ctx, *inputs)
 
 
 def _householder_backward(ctx, grad):
     A, tau = ctx.saved_tensors
     with torch.enable_grad():
         A_, tau_ = A.detach().requires_grad_(), tau.detach().requires_grad_()
-        m, n = A.shape[-2:]
-        identity = torch.eye(m, n, dtype=A.dtype, device=A.device).expand(A.shape)
-        Q = _apply_reflectors(A_, tau_, identity, left=True, transpose=False)
-        grad_A, grad_tau = torch.autograd.grad(Q, (A_, tau_), grad)
-    return grad_A, grad_tau
+        return torch.autograd.grad(_householder_reference(A_, tau_), (A_, tau_), grad)
+
+
+def _householder_functorch_backward(ctx, grad):
+    # torch.func forbids requires_grad_ inside its transforms; AOTAutograd, tracing the
+    # op's backward under torch.compile, takes no functorch transform of a custom op.
+    return torch.func.vjp(_householder_reference, *ctx.saved_tensors)[1](grad)
+
+
+def _householder_jvp(ctx, dA, dtau):
+    A, tau = ctx.saved_tensors
+    tangents = (torch.zeros_like(A) if dA is None else dA, torch.zeros_like(tau) if dtau is None else dtau)
+    return torch.func.jvp(_householder_reference, (A, tau), tangents)[1]
 
 
 _householder_op.register_autograd(_householder_backward, setup_context=_householder_setup)
+_Householder = _dispatch.with_transposed_jvp(
+    torch.ops.mpslinalg.householder_product, _householder_setup, _householder_functorch_backward, jvp=_householder_jvp,
+)
 
 
 def _qr_body(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -280,9 +313,15 @@ _qr_op = torch.library.custom_op("mpslinalg::qr", mutates_args=())(_qr_body)
 _qr_op.register_fake(_qr_fake)
 
 
+@_qr_op.register_vmap
+def _(info, in_dims, A, mode):
+    Q, R = torch.ops.mpslinalg.qr(_leading(info, A, in_dims[0]), mode)
+    return (Q, R), (None if mode == "r" else 0, 0)  # mode 'r': Q is one empty tensor
+
+
 def _qr_setup(ctx, inputs, output):
     ctx.mode = inputs[1]
-    ctx.save_for_backward(*output)
+    _dispatch.save(ctx, *output)
 
 
 def _qr_backward(ctx, grad_Q, grad_R):
@@ -326,6 +365,7 @@ def _right_solve_adjoint(R: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 
 _qr_op.register_autograd(_qr_backward, setup_context=_qr_setup)
+_Qr = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.qr, _qr_setup, _qr_backward)
 
 
 # --- public functions ---
@@ -359,7 +399,7 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
             f"does not match input dtype {_checks.type_name(A.dtype)}"
         )
     torch.linalg.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
-    return _checks.into(out, _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau))
+    return _checks.into(out, _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau, function=_Householder))
 
 
 def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True, transpose: bool = False, *, out=None):
@@ -402,5 +442,5 @@ def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):
     if not _dispatch.has_kernels(A):
         return torch.linalg.qr(A, mode=mode, out=out)
     torch.linalg.qr(A.to("meta"), mode=mode)  # torch's errors for the mode, shapes and dtypes
-    Q, R = _dispatch.call(torch.ops.mpslinalg.qr, _qr_body, A, mode)
+    Q, R = _dispatch.call(torch.ops.mpslinalg.qr, _qr_body, A, mode, function=_Qr)
     return torch.return_types.linalg_qr(_checks.into_each(out, (Q, R)))

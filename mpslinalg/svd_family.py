@@ -186,8 +186,9 @@ def _skew(M: torch.Tensor) -> torch.Tensor:
     return M - M.mH
 
 
-def _svd_vjp(U, S, Vh, gU, gS, gVh):
-    """torch's svd_backward on the thin factors (linalg-contracts 2.7)."""
+def _svd_vjp(U, S, Vh, gU, gS, gVh, check_phase=True):
+    """torch's svd_backward on the thin factors (linalg-contracts 2.7); ``check_phase``:
+    its error for a loss that depends on the singular vectors' complex phases."""
     m, n = U.shape[-2], Vh.shape[-1]
     k = S.shape[-1]
     U, Vh = U[..., :k], Vh[..., :k, :]
@@ -197,7 +198,7 @@ def _svd_vjp(U, S, Vh, gU, gS, gVh):
         return U @ (gS.unsqueeze(-1) * Vh) if m >= n else (U * gS.unsqueeze(-2)) @ Vh
     J = None if gU is None else _skew(U.mH @ gU)
     K = None if gVh is None else _skew(Vh @ gVh.mH)
-    if U.is_complex():
+    if U.is_complex() and check_phase:
         imag_J = torch.zeros_like(S) if J is None else J.diagonal(dim1=-2, dim2=-1).imag
         imag_K = torch.zeros_like(S) if K is None else K.diagonal(dim1=-2, dim2=-1).imag
         if not torch.allclose(imag_J, -imag_K, rtol=1e-2, atol=1e-2):
@@ -232,7 +233,7 @@ def _svd_vjp(U, S, Vh, gU, gS, gVh):
 
 
 def _svd_setup(ctx, inputs, output):
-    ctx.save_for_backward(*output)
+    _dispatch.save(ctx, *output)
 
 
 def _svd_backward(ctx, gU, gS, gVh):
@@ -243,8 +244,34 @@ def _svd_backward(ctx, gU, gS, gVh):
 _svd_op.register_autograd(_svd_backward, setup_context=_svd_setup)
 
 
+def _svd_even_phases(ctx, tangents):
+    """Complex singular vectors are unique up to a phase e^{i phi} shared by u_j and
+    v_j, so a tangent is unique up to i phi' (u_j, v_j); torch's JVP splits it evenly,
+    Im(u_j^H du_j) = Im(dvh_j v_j), and so does this."""
+    U, S, Vh = ctx.saved_tensors
+    dU, dS, dVh = tangents
+    if not U.is_complex():
+        return tangents
+    k = S.shape[-1]
+    u_part = (U.conj() * dU).sum(-2)[..., :k].imag
+    v_part = (dVh * Vh.conj()).sum(-1)[..., :k].imag
+    shift = 0.5j * (v_part - u_part)
+    dU = dU + U * torch.nn.functional.pad(shift, (0, U.shape[-1] - k)).unsqueeze(-2)
+    dVh = dVh - torch.nn.functional.pad(shift, (0, Vh.shape[-2] - k)).unsqueeze(-1) * Vh
+    return dU, dS, dVh
+
+
+# The JVP transposes the VJP at zero cotangents, where the phase check has nothing to
+# say, and a vmapped tangent could not take it.
+_Svd = _dispatch.with_transposed_jvp(
+    torch.ops.mpslinalg.svd, _svd_setup, _svd_backward,
+    transposed=lambda ctx, gU, gS, gVh: (_svd_vjp(*ctx.saved_tensors, gU, gS, gVh, check_phase=False), None),
+    finish=_svd_even_phases,
+)
+
+
 def _svd(A: torch.Tensor, full_matrices: bool):
-    return _dispatch.call(torch.ops.mpslinalg.svd, _svd_body, A, full_matrices)
+    return _dispatch.call(torch.ops.mpslinalg.svd, _svd_body, A, full_matrices, function=_Svd)
 
 
 SVD_DRIVERS = ("gesvd", "gesvdj", "gesvda")
@@ -349,7 +376,7 @@ def _pinv_vjp(A: torch.Tensor, X: torch.Tensor, g: torch.Tensor) -> torch.Tensor
 
 
 def _pinv_setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], output)
+    _dispatch.save(ctx, inputs[0], output)
 
 
 def _pinv_backward(ctx, g):
@@ -358,6 +385,7 @@ def _pinv_backward(ctx, g):
 
 
 _pinv_op.register_autograd(_pinv_backward, setup_context=_pinv_setup)
+_Pinv = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.pinv, _pinv_setup, _pinv_backward)
 
 
 def _tolerance(x, A: torch.Tensor) -> torch.Tensor | None:
@@ -382,7 +410,7 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
     torch.linalg.pinv(A.to("meta"), hermitian=hermitian)
     if hermitian:
         A = _hermitian_from_lower(A)
-    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A))
+    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A), function=_Pinv)
     return _checks.into(out, X)
 
 
@@ -426,7 +454,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     Bm = Bm.expand(*batch, m, Bm.shape[-1])
     real = A.real.dtype if A.is_complex() else A.dtype
     rtol = _tolerance(max(m, n) * torch.finfo(real).eps if rcond is None else rcond, A)
-    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, torch.zeros_like(rtol), rtol) @ Bm
+    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, torch.zeros_like(rtol), rtol, function=_Pinv) @ Bm
     rank = torch.empty(0, dtype=torch.int64, device=A.device)  # gels reports none
     singular_values = A.new_empty(0, dtype=real)
     if driver != "gels":

@@ -20,6 +20,19 @@ BATCHES = ((), (3,), (37,))
 DTYPES = tuple(getattr(torch, name) for name in os.environ.get("BATTERY_DTYPES", "float32,complex64,float64,complex128").split(","))
 
 
+def triangular(A, B):
+    """Every triangle flag with 1, 8, 16 and 40 right-hand sides (trsm_rows, trsm_small and
+    trsm_by_inverse's panel widths), and tril_inverse where it applies."""
+    wide = torch.cat((B,) * 5, -1)
+    for upper in (False, True):
+        for unit in (False, True):
+            T = A.triu() if upper else A.tril()
+            for rhs in (B[..., :1], B, torch.cat((B, B), -1), wide):
+                LA.solve_triangular(T, rhs, upper=upper, unitriangular=unit)
+    if not A.is_complex() and A.shape[-1] in (16, 32, 64):
+        LA.tril_inverse(A.tril())
+
+
 # family -> the calls on a square batch A and right-hand sides B; BATTERY_FAMILIES=lu,qr
 # (say) runs some, so that a slow tool (racecheck) fits a run per family.
 FAMILIES = {
@@ -28,17 +41,7 @@ FAMILIES = {
         LA.slogdet(A), LA.lu_factor_ex(A), LA.lu_factor_ex(torch.cat((A, A, A), -2)),  # and tall
         LA.lu_solve(*LA.lu_factor(A), B), LA.solve_ex(A, B),
     ),
-    "triangular": lambda A, B: (
-        LA.solve_triangular(A.tril(), B, upper=False),
-        LA.solve_triangular(A.triu(), B, upper=True, left=True, unitriangular=True),
-        LA.solve_triangular(A.tril(), torch.cat((B, B), -1), upper=False),  # 16 right-hand sides
-        LA.solve_triangular(A.tril(), torch.cat((B, B, B, B, B), -1), upper=False),  # 40
-        LA.solve_triangular(A.triu(), torch.cat((B, B, B, B, B), -1), upper=True, unitriangular=True),
-        LA.solve_triangular(A.tril(), torch.cat((B, B, B, B, B), -1), upper=False, unitriangular=True),
-        LA.solve_triangular(A.triu(), torch.cat((B, B, B, B, B), -1), upper=True),
-        LA.solve_triangular(A.tril(), B[..., :1], upper=False),
-        LA.tril_inverse(A.tril()) if not A.is_complex() and A.shape[-1] in (16, 32, 64) else None,
-    ),
+    "triangular": triangular,
     "qr": lambda A, B: (
         LA.qr(A), LA.qr(torch.cat((A, A), -2), mode="complete"), LA.ormqr(*LA.geqrf(A), B),
         LA.householder_product(*LA.geqrf(A)),

@@ -514,6 +514,8 @@ def test_forward_mode_and_vmap_match_torch(device, dtype):
         torch.testing.assert_close(torch.func.jvp(ours, (A,), (dA,))[1], torch.func.jvp(theirs, (A,), (dA,))[1])
         torch.testing.assert_close(torch.func.vmap(ours)(A), torch.func.vmap(theirs)(A))
     torch.testing.assert_close(torch.func.vmap(LA.inv)(A), torch.linalg.inv(A))
+    for got, expected in zip(torch.func.vmap(LA.lu)(A), LA.lu(A)):
+        torch.testing.assert_close(got, expected)
 
 
 def test_compiles_without_graph_breaks(device):

@@ -215,6 +215,51 @@ def test_householder_product_gradient(device, m, n, k, dtype):
     assert torch.autograd.gradcheck(LA.householder_product, (A, t), fast_mode=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize("m,n,mode", [(5, 3, "reduced"), (3, 5, "complete"), (4, 4, "complete"), (40, 36, "reduced")])
+def test_forward_mode_and_torch_func_match_torch(device, m, n, mode, dtype):
+    """qr under torch.func.jvp (its VJP transposed), grad, vmap and, for real input,
+    jacfwd; householder_product's JVP (through its compact-WY reference), grad and vmap."""
+    supported(device, dtype)
+    A = gaussian((2, m, n), dtype).to(device)
+    dA = torch.randn_like(A)
+    ours = torch.func.jvp(lambda A: LA.qr(A, mode=mode), (A,), (dA,))[1]
+    theirs = torch.func.jvp(lambda A: torch.linalg.qr(A, mode=mode), (A.cpu(),), (dA.cpu(),))[1]
+    for got, expected in zip(ours, theirs):
+        torch.testing.assert_close(got.cpu(), expected)
+    loss = lambda qr: lambda A: qr(A, mode=mode)[1].abs().sum() + qr(A, mode=mode)[0].real.sum()
+    torch.testing.assert_close(torch.func.grad(loss(LA.qr))(A).cpu(), torch.func.grad(loss(torch.linalg.qr))(A.cpu()))
+    for got, expected in zip(torch.func.vmap(lambda A: LA.qr(A, mode=mode))(A), LA.qr(A, mode=mode)):
+        torch.testing.assert_close(got, expected)
+    if not dtype.is_complex:  # jacfwd takes real inputs only
+        torch.testing.assert_close(torch.func.jacfwd(lambda A: LA.qr(A, mode=mode)[1])(A).cpu(),
+                                   torch.func.jacrev(lambda A: torch.linalg.qr(A, mode=mode)[1])(A.cpu()))
+    if m < n:
+        return
+    packed, tau = torch.geqrf(gaussian((2, m, n), dtype))
+    dtau = torch.randn_like(tau)
+    ours = torch.func.jvp(LA.householder_product, (packed.to(device), tau.to(device)), (dA, dtau.to(device)))[1]
+    torch.testing.assert_close(ours.cpu(), torch.func.jvp(torch.linalg.householder_product, (packed, tau), (dA.cpu(), dtau))[1])
+    loss = lambda product: lambda A, tau: product(A, tau).abs().sum()
+    for got, expected in zip(torch.func.grad(loss(LA.householder_product), argnums=(0, 1))(packed.to(device), tau.to(device)),
+                             torch.func.grad(loss(torch.linalg.householder_product), argnums=(0, 1))(packed, tau)):
+        torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close(torch.func.vmap(LA.householder_product, in_dims=(0, None))(packed.to(device), tau[0].to(device)).cpu(),
+                               torch.linalg.householder_product(packed, tau[0].expand_as(tau)))
+    for got, expected in zip(torch.func.vmap(LA.geqrf)(A), LA.geqrf(A)):
+        torch.testing.assert_close(got, expected)
+
+
+def test_forward_mode_errors_match_torch(device):
+    A, dA = gaussian((5, 3), torch.float64).to(device), gaussian((5, 3), torch.float64).to(device)
+    for mode in ("r", "complete"):
+        with pytest.raises(RuntimeError) as expected:
+            torch.func.jvp(lambda A: torch.linalg.qr(A, mode=mode), (A.cpu(),), (dA.cpu(),))
+        with pytest.raises(RuntimeError) as got:
+            torch.func.jvp(lambda A: LA.qr(A, mode=mode), (A,), (dA,))
+        assert str(got.value) == str(expected.value)
+
+
 def test_qr_gradient_errors(device):
     A = gaussian((5, 3), torch.float32).to(device).requires_grad_()
     with pytest.raises(RuntimeError, match="not computed when mode='r'"):

@@ -330,6 +330,62 @@ def test_vmap_matches_torch(device):
     )
 
 
+def aligned(ours, theirs):
+    """Our (U, S, Vh) and their tangents with our singular vectors turned to torch's
+    phases (signs): each pair (u_j, v_j) is unique up to one, and so are its tangents."""
+    (U, S, Vh), (dU, dS, dVh) = ours
+    k = S.shape[-1]
+    phase = (U[..., :k].mH @ theirs[0][..., :k]).diagonal(dim1=-2, dim2=-1)
+    phase = phase / phase.abs()
+    return dU[..., :k] * phase.unsqueeze(-2), dS, dVh[..., :k, :] * phase.conj().unsqueeze(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize("shape", [(3, 5, 4), (2, 4, 6), (2, 5, 5), (2, 20, 20), (40, 12)])
+@pytest.mark.parametrize("full_matrices", [False, True])
+def test_svd_forward_mode_matches_torch(device, shape, full_matrices, dtype):
+    """torch's JVP, phases included: ours transposes the VJP and splits each pair's phase
+    evenly between u_j and v_j, as torch's; the completed columns get none."""
+    supported(device, dtype)
+    A = gaussian(shape, dtype).to(device)
+    dA = torch.randn_like(A)
+    ours = torch.func.jvp(lambda A: LA.svd(A, full_matrices=full_matrices), (A,), (dA,))
+    theirs = torch.func.jvp(lambda A: torch.linalg.svd(A, full_matrices=full_matrices), (A.cpu(),), (dA.cpu(),))
+    for got, expected in zip(aligned([[t.cpu() for t in o] for o in ours], theirs[0]), aligned(theirs, theirs[0])):
+        torch.testing.assert_close(got, expected)
+    k = min(shape[-2:])
+    assert ours[1][0][..., k:].abs().max().item() == 0 if ours[1][0].shape[-1] > k else True
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+def test_torch_func_and_forward_mode_match_torch(device, dtype):
+    """svdvals, svd, pinv and lstsq under torch.func.jvp, grad, jacfwd/jacrev and the
+    dual-number API, against torch's on the CPU."""
+    supported(device, dtype)
+    A = gaussian((2, 6, 4), dtype).to(device)
+    B = gaussian((2, 6, 3), dtype).to(device)
+    dA = torch.randn_like(A)
+    cases = [
+        (LA.svdvals, torch.linalg.svdvals),
+        (LA.pinv, torch.linalg.pinv),
+        (lambda A: LA.pinv(A.mT), lambda A: torch.linalg.pinv(A.mT)),
+        (lambda A: LA.lstsq(A, B, driver="gelsd").solution, lambda A: torch.linalg.lstsq(A, B.cpu(), driver="gelsd").solution),
+        (lambda A: (lambda U, S, Vh: (U * S.unsqueeze(-2)) @ Vh)(*LA.svd(A, full_matrices=False)),
+         lambda A: (lambda U, S, Vh: (U * S.unsqueeze(-2)) @ Vh)(*torch.linalg.svd(A, full_matrices=False))),
+    ]
+    for ours, theirs in cases:
+        torch.testing.assert_close(torch.func.jvp(ours, (A,), (dA,))[1].cpu(), torch.func.jvp(theirs, (A.cpu(),), (dA.cpu(),))[1])
+        loss = lambda f: lambda A: f(A).abs().sum()
+        torch.testing.assert_close(torch.func.grad(loss(ours))(A).cpu(), torch.func.grad(loss(theirs))(A.cpu()))
+        if not dtype.is_complex:  # jacfwd takes real inputs only
+            torch.testing.assert_close(torch.func.jacfwd(ours)(A).cpu(), torch.func.jacrev(theirs)(A.cpu()))
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(LA.svdvals(fwAD.make_dual(A, dA))).tangent
+    torch.testing.assert_close(tangent.cpu(), torch.func.jvp(torch.linalg.svdvals, (A.cpu(),), (dA.cpu(),))[1])
+
+
 def test_compiles_without_graph_breaks(device, monkeypatch):
     torch._dynamo.reset()
     launched = []
