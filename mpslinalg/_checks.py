@@ -91,10 +91,11 @@ _OUT_TYPE_NAMES = {
 
 def broadcast_batch(a: torch.Size, b: torch.Size) -> torch.Size:
     """The broadcast of batch shapes ``a`` and ``b``, with torch's error (its infer_size)
-    when they do not broadcast; torch.linalg names B's batch a and A's b."""
+    when they do not broadcast: callers pass the batches in the order torch's message
+    names them (solve's B first, lstsq's A first)."""
     ndim = max(len(a), len(b))
-    out = []
-    for i in range(ndim):
+    out = [1] * ndim
+    for i in reversed(range(ndim)):  # from the right, as infer_size, which reports the rightmost mismatch
         offset = ndim - 1 - i
         size_a = a[len(a) - 1 - offset] if len(a) - 1 - offset >= 0 else 1
         size_b = b[len(b) - 1 - offset] if len(b) - 1 - offset >= 0 else 1
@@ -102,7 +103,7 @@ def broadcast_batch(a: torch.Size, b: torch.Size) -> torch.Size:
             raise RuntimeError(
                 f"The size of tensor a ({size_a}) must match the size of tensor b ({size_b}) at non-singleton dimension {i}"
             )
-        out.append(size_b if size_a == 1 else size_a)
+        out[i] = size_b if size_a == 1 else size_a
     return torch.Size(out)
 
 

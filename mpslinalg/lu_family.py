@@ -535,7 +535,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
         return torch.linalg.lu_factor(A, pivot=pivot, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
-    _checks.out_without_grad("linalg_lu_factor", out, A)
+    _checks.out_without_grad("linalg_lu_factor_ex", out, A)
     LU, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor")
     return torch.return_types.linalg_lu_factor(_checks.into_each(out, (LU, pivots)))
 
@@ -599,6 +599,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     unless ``check_errors``. Differentiable in A and B."""
     if not _dispatch.has_kernels(A, B):
         return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
+    _checks.out_without_grad("_linalg_solve_ex", out, A, B)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve_ex" if check_errors else "")
     return torch.return_types.linalg_solve_ex(_checks.into_each(out, (X, info)))
 
@@ -609,6 +610,7 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> t
     has none)."""
     if not _dispatch.has_kernels(A, B):
         return torch.linalg.solve(A, B, left=left, out=out)
+    _checks.out_without_grad("_linalg_solve_ex", out, A, B)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve")
     return _checks.into(out, X)
 

@@ -378,6 +378,7 @@ def geqrf(A: torch.Tensor, *, out=None):
     differentiable, as in torch."""
     if not _dispatch.has_kernels(A):
         return torch.geqrf(A, out=out)
+    _checks.out_without_grad("geqrf", out, A)
     if A.dim() < 2:
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
     _checks.floating("torch.geqrf", A)
@@ -393,6 +394,7 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
     ``torch.linalg.householder_product``. Differentiable in A and tau."""
     if not _dispatch.has_kernels(A, tau):
         return torch.linalg.householder_product(A, tau, out=out)
+    _checks.out_without_grad("linalg_householder_product", out, A, tau)
     if A.dim() >= 2 and A.dtype != tau.dtype:  # the meta kernel words this one differently
         raise RuntimeError(
             f"torch.linalg.householder_product: tau dtype {_checks.type_name(tau.dtype)} "
@@ -411,6 +413,7 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
     tau and C."""
     if not _dispatch.has_kernels(A, tau, C):
         return torch.ormqr(A, tau, C, left, transpose, out=out)
+    _checks.out_without_grad("ormqr", out, A, tau, C)
     torch.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
     return _checks.into(out, _apply_reflectors(A, tau, C, left, transpose))
 
@@ -441,6 +444,7 @@ def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):
     Differentiable as torch's: 'reduced', and 'complete' when m <= n."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.qr(A, mode=mode, out=out)
+    _checks.out_without_grad("linalg_qr", out, A)
     torch.linalg.qr(A.to("meta"), mode=mode)  # torch's errors for the mode, shapes and dtypes
     Q, R = _dispatch.call(torch.ops.mpslinalg.qr, _qr_body, A, mode, function=_Qr)
     return torch.return_types.linalg_qr(_checks.into_each(out, (Q, R)))

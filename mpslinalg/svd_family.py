@@ -301,6 +301,7 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
     torch's, which fail for losses that depend on that phase."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.svd(A, full_matrices=full_matrices, driver=driver, out=out)
+    _checks.out_without_grad("_linalg_svd", out, A)
     if A.dim() < 2:  # torch's error; dtypes with kernels and any shape of >= 2 dims have none
         torch.linalg.svd(A.to("meta"), full_matrices=full_matrices)
     _check_driver(A, driver)
@@ -312,6 +313,7 @@ def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
     """The singular values of A, descending, like ``torch.linalg.svdvals``."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.svdvals(A, driver=driver, out=out)
+    _checks.out_without_grad("_linalg_svd", out, A)
     if A.dim() < 2:
         torch.linalg.svdvals(A.to("meta"))
     _check_driver(A, driver)
@@ -407,6 +409,7 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
     Differentiable by torch's formula where the rank does not change."""
     if not _dispatch.has_kernels(A):
         return torch.linalg.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+    _checks.out_without_grad("linalg_pinv", out, A)
     torch.linalg.pinv(A.to("meta"), hermitian=hermitian)
     if hermitian:
         A = _hermitian_from_lower(A)
@@ -449,7 +452,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     vector = B.dim() == A.dim() - 1
     Bm = B.unsqueeze(-1) if vector else B
     m, n = A.shape[-2:]
-    batch = torch.broadcast_shapes(A.shape[:-2], Bm.shape[:-2])
+    batch = _checks.broadcast_batch(A.shape[:-2], Bm.shape[:-2])
     A = A.expand(*batch, m, n)
     Bm = Bm.expand(*batch, m, Bm.shape[-1])
     real = A.real.dtype if A.is_complex() else A.dtype
@@ -476,6 +479,10 @@ def _check_lstsq(A: torch.Tensor, B: torch.Tensor, driver: str | None) -> None:
         raise RuntimeError(
             "torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
             f"input's dtype {_checks.type_name(A.dtype)} and other's dtype {_checks.type_name(B.dtype)}"
+        )
+    if not 0 <= A.dim() - B.dim() <= 1:
+        raise RuntimeError(
+            "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) <= 1"
         )
     vector = B.dim() == A.dim() - 1
     if B.dim() < 1 or (B.shape[-1 if vector else -2] != A.shape[-2]):

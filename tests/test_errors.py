@@ -66,7 +66,11 @@ BAD_INPUTS = {
         square(3), torch.ones(3, 2, dtype=torch.float64))),
     "mismatched right-hand side": ({"solve", "solve_ex", "solve_triangular", "lstsq"}, lambda name: (
         square(2, 3, 3), torch.ones(2, 4, 2))),
+    "batches mismatched twice": ({"solve", "solve_ex", "solve_triangular", "lstsq", "lu_solve"}, lambda name: (
+        FUNCTIONS[name][2](square(2, 3, 3, 3))[:-1] + (torch.ones(4, 5, 3, 1),))),
     "singular": ({"inv", "solve"}, lambda name: FUNCTIONS[name][2](torch.zeros(2, 3, 3))),
+    "right-hand side of two more dimensions": ({"lstsq"}, lambda name: (square(3), torch.ones(4, 3, 1))),
+    "right-hand side of two fewer dimensions": ({"lstsq"}, lambda name: (square(2, 3, 3), torch.ones(3))),
 }
 CASES = [(bad, name) for bad, (names, _) in BAD_INPUTS.items() for name in sorted(names)]
 # Where torch answers silently wrong, mpslinalg raises instead: torch's solve_triangular
@@ -116,3 +120,31 @@ def test_mismatched_devices_get_torchs_error(name):
     expected = outcome(theirs, args)
     assert expected[0] is RuntimeError, expected
     assert outcome(ours, args) == expected
+
+
+WITH_OUT = sorted(set(FUNCTIONS) - {"logdet", "lstsq"})  # the two torch gives no out=
+
+
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_out_while_an_input_requires_grad(name):
+    """torch refuses out= where an argument requires grad (before any other check);
+    matrix_rank, not differentiable, takes it."""
+    require("opencl")
+    ours, theirs, arguments = FUNCTIONS[name]
+    args = list(arguments(square(3)))
+    results = theirs(*args)
+
+    def call(function):
+        empty = [torch.empty(0, dtype=r.dtype) for r in (results if isinstance(results, tuple) else (results,))]
+        out = tuple(empty) if isinstance(results, tuple) else empty[0]
+        return outcome(lambda *a: function(*a, out=out), [args[0].clone().requires_grad_(), *args[1:]])
+
+    expected = call(theirs)
+    with LA.use_backend("opencl"):
+        got = call(ours)
+    if expected[0] != "returned":
+        assert got == expected
+    else:
+        assert got[0] == "returned", got
+        for x, y in zip(got[1], expected[1], strict=True):
+            torch.testing.assert_close(x, y)
