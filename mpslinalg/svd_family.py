@@ -411,8 +411,8 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
         return torch.linalg.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
     _checks.out_without_grad("linalg_pinv", out, A)
     torch.linalg.pinv(A.to("meta"), hermitian=hermitian)
-    if hermitian:
-        A = _hermitian_from_lower(A)
+    if hermitian:  # the values of the lower triangle; torch's gradient, which takes A whole
+        A = A + (_hermitian_from_lower(A) - A).detach()
     X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A), function=_Pinv)
     return _checks.into(out, X)
 

@@ -265,6 +265,13 @@ def test_pinv_gradient(device, m, n, dtype):
     supported(device, dtype)
     A = gaussian((2, m, n), dtype).to(device).requires_grad_()
     assert torch.autograd.gradcheck(lambda A: LA.pinv(A), (A,), fast_mode=True)
+    # hermitian=True: torch's formula takes A whole (a gradient on both triangles).
+    if m == n:
+        H = A.detach() + A.detach().mH
+        weights = gaussian((2, m, n), dtype).to(device)
+        ours = torch.func.grad(lambda A: (LA.pinv(A, hermitian=True) * weights).real.sum())(H)
+        theirs = torch.func.grad(lambda A: (torch.linalg.pinv(A, hermitian=True) * weights.cpu()).real.sum())(H.cpu())
+        torch.testing.assert_close(ours.cpu(), theirs)
 
 
 @pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
