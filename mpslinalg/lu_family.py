@@ -438,10 +438,10 @@ def _det_from(LU: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
     return LU.diagonal(dim1=-2, dim2=-1).prod(-1) * _parity(pivots).to(LU.dtype)
 
 
-def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor, adjoint: bool = False) -> torch.Tensor:
+def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
     n = LU.shape[-1]
     identity = torch.eye(n, dtype=LU.dtype, device=LU.device).expand_as(LU)
-    return _lu_solve(LU, pivots, identity, True, adjoint)
+    return _lu_solve(LU, pivots, identity, True, False)
 
 
 # --- argument checks, with torch.linalg's messages ---

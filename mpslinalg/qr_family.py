@@ -107,8 +107,6 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return a.clone(), a.new_zeros((*batch, k))
     size = small_size(GEQRF_SMALL, m, n, a.dtype)
     group = 0 if size else _panel_group(m, a.dtype, a.device)
-    if not size and not group:
-        return torch.geqrf(a)
     tau = a.new_empty((count, k))
     if size:
         flat = a.reshape(count, m, n)
@@ -125,11 +123,11 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _panel_group(m: int, dtype: torch.dtype, device: torch.device) -> int:
-    """Threads per matrix for the panel kernel on m rows, 0 if it has none for dtype:
-    the fewest with at most two rows each (batches fill the device with matrices),
-    else the most that launch."""
-    groups = [g for g in PANEL_GROUPS if GEQRF_PANEL.exists(dtype, GROUP=g) and fits(GEQRF_PANEL, dtype, device, GROUP=g)]
-    return next((g for g in groups if m <= 2 * g), groups[-1] if groups else 0)
+    """Threads per matrix for the panel kernel on m rows: the fewest with at most two
+    rows each (batches fill the device with matrices), else the most that launch (64
+    always do)."""
+    groups = [g for g in PANEL_GROUPS if g == PANEL_GROUPS[0] or fits(GEQRF_PANEL, dtype, device, GROUP=g)]
+    return next((g for g in groups if m <= 2 * g), groups[-1])
 
 
 def _geqrf_blocked(a: torch.Tensor, tau: torch.Tensor, group: int) -> None:

@@ -9,7 +9,7 @@ Kernels (``metal/triangular.metal``):
   (On the H200, 10^4 complex64 systems: n = 64, k = 8 took 0.32 ms by rows and
   0.90 by columns; n = 32, k = 64, 0.93 by rows and 0.32 by columns.)
 - ``trsm_by_inverse``, the Gated DeltaNet fast path: real, lower or upper, n in
-  {16, 32, 64}, k >= 8: inv(A) formed in threadgroup memory (16 x 16 diagonal
+  {16, 32, 64}, k >= 8 (float64 at n = 64: k <= 16): inv(A) formed in threadgroup memory (16 x 16 diagonal
   blocks in registers, then doubling steps as tiled products), applied to the
   right-hand sides as a product by register tiles.
 - Larger n: blocked TRSM with inverted diagonal blocks of 64 rows (one batched
@@ -383,8 +383,8 @@ def solve_triangular(
     on the diagonal gives inf/NaN in X, as torch does; there is no error.
     Real solves with n in {16, 32, 64} and at least 8 right-hand sides take the
     Gated DeltaNet fast path (the inverse of A by blocks, applied as a matrix
-    product); n above 64 (32 for 8-byte and complex types) is blocked,
-    most of its work in ``torch.matmul``. Differentiable in A and B, in reverse
+    product; float64 at n = 64 up to 16 of them, where its panels fit threadgroup
+    memory); n above 64 is blocked, most of its work in ``torch.matmul``. Differentiable in A and B, in reverse
     and forward mode.
     """
     if _dispatch.kernel_runtime(A) is None:
@@ -449,8 +449,9 @@ _tril_inverse.register_autograd(_tril_inverse_backward, setup_context=_tril_inve
 
 def _chunk_table(T: int, batch: int, chunk: int, cu_seqlens: torch.Tensor | None, device) -> torch.Tensor:
     """(first row, rows) of every chunk, int32 on ``device``: fixed chunks of each sequence
-    of the batch, or of each variable-length sequence of cu_seqlens. Built with tensor
-    ops; only cu_seqlens costs a synchronisation (its chunk count), as in FLA."""
+    of the batch, or of each variable-length sequence of cu_seqlens, which must run from
+    0 to T. Built with tensor ops; cu_seqlens costs one synchronisation (its ends and
+    chunk count), as in FLA."""
     if cu_seqlens is None:
         starts = torch.arange(0, T, chunk, device=device)
         firsts = (torch.arange(batch, device=device)[:, None] * T + starts).reshape(-1)
@@ -458,8 +459,12 @@ def _chunk_table(T: int, batch: int, chunk: int, cu_seqlens: torch.Tensor | None
     else:
         bounds = cu_seqlens.to(device=device, dtype=torch.int64)
         counts = (bounds[1:] - bounds[:-1] + chunk - 1) // chunk
-        sequence = torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts)
-        index = torch.arange(sequence.numel(), device=device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        first, last, total = torch.stack([bounds[0], bounds[-1], counts.sum()]).tolist()
+        if first != 0 or last != T:
+            raise ValueError(f"solve_tril: cu_seqlens must run from 0 to T = {T}")
+        sequence = torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts, output_size=total)
+        starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts, output_size=total)
+        index = torch.arange(total, device=device) - starts
         firsts = bounds[sequence] + index * chunk
         rows = (bounds[sequence + 1] - firsts).clamp(max=chunk)
     return torch.stack([firsts, rows], dim=1).to(torch.int32)
@@ -493,8 +498,6 @@ def solve_tril(
     batch, T, heads, chunk = A.shape
     if cu_seqlens is not None and batch != 1:
         raise ValueError(f"solve_tril: with cu_seqlens the batch size must be 1, got {batch}")
-    if cu_seqlens is not None and (int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != T):
-        raise ValueError(f"solve_tril: cu_seqlens must run from 0 to T = {T}")
     if _dispatch.kernel_runtime(A) is None:
         return _solve_tril_reference(A.float(), _chunk_table(T, batch, chunk, cu_seqlens, A.device)).to(output_dtype)
     if _dispatch.needs_forward_mode(A):
@@ -554,8 +557,10 @@ def _solve_tril_backward(ctx, grad):
 
     Xc, Gc = gather(X), gather(grad)
     dA = -(Xc.mT @ Gc @ Xc.mT).tril(-1)
+    # Rows outside a short chunk add zeros to its first row: no boolean indexing, whose
+    # element count would synchronise with the device.
     out = torch.zeros(batch * T, heads, size, dtype=grad.dtype, device=grad.device)
-    out.index_put_((index[inside],), dA.permute(0, 2, 1, 3)[inside], accumulate=False)
+    out.index_put_((index.reshape(-1),), (dA.permute(0, 2, 1, 3) * mask).reshape(-1, heads, size), accumulate=True)
     return out.reshape(X.shape), None
 
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mpslinalg as LA
-from conftest import on, supported
+from conftest import on, require, supported
 from mpslinalg import triangular as family
 from mpslinalg.testing import THRESHOLD, exact, inv_ratio, solve_ratio, triangle
 
@@ -318,6 +318,26 @@ def test_solve_tril_gradient(device, cu_seqlens):
     (grad,) = torch.autograd.grad(f(A).sum(), A)
     reference = torch.autograd.grad(_solve_tril_dense(A, cu_seqlens).sum(), A)[0]
     torch.testing.assert_close(grad, reference)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cu_seqlens", [None, [0, 5, 21, 22, 40]], ids=["fixed", "ragged"])
+def test_solve_tril_synchronises_only_for_cu_seqlens(cu_seqlens):
+    """The Gated DeltaNet path: fixed chunks forward and backward without a host
+    synchronisation; cu_seqlens with one (its ends and chunk count), in the forward."""
+    require("cuda")
+    A, _ = fla_like(1, 40, 2, 16, seed=5, cu_seqlens=cu_seqlens)
+    A = A.float().cuda().requires_grad_()
+    lengths = None if cu_seqlens is None else torch.tensor(cu_seqlens, device="cuda")
+    X = LA.solve_tril(A, cu_seqlens=lengths)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        if cu_seqlens is None:
+            X = LA.solve_tril(A)
+        X.backward(torch.ones_like(X))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def _solve_tril_dense(A, cu_seqlens):
