@@ -80,12 +80,19 @@ def raise_if_singular(api: str, info: torch.Tensor, batched: bool) -> None:
 
 
 # torch's out= messages print dtypes with c10's names.
-_OUT_TYPE_NAMES = {
+_OUT_TYPE_NAMES = {  # C++ type names, as torch's out= messages print them
+    torch.float16: "c10::Half",
+    torch.bfloat16: "c10::BFloat16",
     torch.float32: "float",
     torch.float64: "double",
     torch.complex64: "c10::complex<float>",
     torch.complex128: "c10::complex<double>",
+    torch.bool: "bool",
+    torch.uint8: "unsigned char",
+    torch.int8: "signed char",
+    torch.int16: "short int",
     torch.int32: "int",
+    torch.int64: "long int",
 }
 
 
@@ -117,18 +124,32 @@ def out_without_grad(op: str, out, *tensors: torch.Tensor) -> None:
         )
 
 
-def into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+def into(out: torch.Tensor | None, result: torch.Tensor, castable: tuple[str, str] | None = None) -> torch.Tensor:
     """``result`` written into ``out`` as torch's ``out=`` does it (or ``result`` if out is None).
 
-    out must have result's dtype and device; a non-empty out of another shape is
-    resized with torch's deprecation warning.
+    out must have result's dtype and device, or, with ``castable`` = (api, name), any
+    dtype result safely casts to (torch's checkLinalgCompatibleDtype, which pinv,
+    matrix_rank, householder_product and geqrf apply to their output ``name``). A
+    non-empty out of another shape is resized with torch's deprecation warning.
     """
     if out is None:
         return result
-    if out.dtype != result.dtype:
+    if castable is not None:
+        api, name = castable
+        if not torch.can_cast(result.dtype, out.dtype):
+            raise RuntimeError(
+                f"{api}: Expected {name} to be safely castable from {type_name(result.dtype)} dtype, "
+                f"but got {name} with dtype {type_name(out.dtype)}"
+            )
+        if out.device != result.device:
+            raise RuntimeError(
+                f"{api}: Expected {name} and input tensors to be on the same device, "
+                f"but got {name} on {out.device} and input on {result.device}"
+            )
+    elif out.dtype != result.dtype:
         name = _OUT_TYPE_NAMES.get(result.dtype, str(result.dtype))
         raise RuntimeError(f"Expected out tensor to have dtype {name}, but got {_OUT_TYPE_NAMES.get(out.dtype, str(out.dtype))} instead")
-    if out.device != result.device:
+    elif out.device != result.device:
         raise RuntimeError(f"Expected out tensor to have device {result.device}, but got {out.device} instead")
     if out.shape != result.shape:
         if out.numel() != 0:

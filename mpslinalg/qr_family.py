@@ -383,7 +383,11 @@ def geqrf(A: torch.Tensor, *, out=None):
     if A.requires_grad and torch.is_grad_enabled():
         raise NotImplementedError("the derivative for 'geqrf' is not implemented.")
     packed, tau = _dispatch.call(torch.ops.mpslinalg.geqrf, _geqrf_body, A)
-    return torch.return_types.geqrf(_checks.into_each(out, (packed, tau)))
+    if out is None:
+        return torch.return_types.geqrf((packed, tau))
+    return torch.return_types.geqrf(tuple(
+        _checks.into(o, r, castable=("torch.geqrf", name)) for o, r, name in zip(out, (packed, tau), ("a", "tau"))
+    ))
 
 
 def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torch.Tensor:
@@ -399,7 +403,8 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
             f"does not match input dtype {_checks.type_name(A.dtype)}"
         )
     torch.linalg.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
-    return _checks.into(out, _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau, function=_Householder))
+    Q = _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau, function=_Householder)
+    return _checks.into(out, Q, castable=("torch.linalg.householder_product", "result"))
 
 
 def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True, transpose: bool = False, *, out=None):
@@ -413,6 +418,11 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
         return torch.ormqr(A, tau, C, left, transpose, out=out)
     _checks.out_without_grad("ormqr", out, A, tau, C)
     torch.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
+    if out is not None and out.dtype != A.dtype:  # torch's message, its missing space included
+        raise RuntimeError(
+            f"torch.ormqr: Expected input and result to have the same dtype, but input has dtype"
+            f"{_checks.type_name(A.dtype)} and result has dtype {_checks.type_name(out.dtype)}"
+        )
     return _checks.into(out, _apply_reflectors(A, tau, C, left, transpose))
 
 

@@ -414,7 +414,7 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
     if hermitian:  # the values of the lower triangle; torch's gradient, which takes A whole
         A = A + (_hermitian_from_lower(A) - A).detach()
     X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A), function=_Pinv)
-    return _checks.into(out, X)
+    return _checks.into(out, X, castable=("linalg.pinv", "result"))
 
 
 def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:
@@ -428,7 +428,7 @@ def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = Fals
     m, n = A.shape[-2:]
     S = svdvals(A)
     rank = (S > _cutoff(S, _tolerance(atol, A), _tolerance(rtol, A), m, n)).sum(-1)
-    return _checks.into(out, rank)
+    return _checks.into(out, rank, castable=("torch.linalg.matrix_rank", "result"))
 
 
 DRIVERS = ("gels", "gelsy", "gelsd", "gelss")

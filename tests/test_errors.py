@@ -148,3 +148,34 @@ def test_out_while_an_input_requires_grad(name):
         assert got[0] == "returned", got
         for x, y in zip(got[1], expected[1], strict=True):
             torch.testing.assert_close(x, y)
+
+
+OUT_DTYPES = [torch.float64, torch.complex64, torch.float16, torch.int64, torch.int32, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_out_of_another_dtype(name, dtype):
+    """torch's answer to out= of another dtype: most functions require the result's, pinv,
+    matrix_rank, householder_product and geqrf take any it safely casts to, ormqr has a
+    message of its own."""
+    require("opencl")
+    ours, theirs, arguments = FUNCTIONS[name]
+    args = arguments(square(3))
+    results = theirs(*args)
+
+    def call(function):
+        empty = [torch.empty(0, dtype=dtype if r.dtype != torch.int32 else r.dtype)
+                 for r in (results if isinstance(results, tuple) else (results,))]  # pivots and info stay int32
+        return outcome(lambda *a: function(*a, out=tuple(empty) if isinstance(results, tuple) else empty[0]), args)
+
+    expected = call(theirs)
+    with LA.use_backend("opencl"):
+        got = call(ours)
+    if expected[0] != "returned":
+        assert got == expected
+    else:
+        assert got[0] == "returned", got
+        for x, y in zip(got[1], expected[1], strict=True):
+            assert x.dtype == y.dtype
+            torch.testing.assert_close(x, y, rtol=1e-3, atol=1e-3)
