@@ -87,6 +87,23 @@ def outcome(function, args):
     return "returned", [r for r in (result if isinstance(result, tuple) else (result,)) if r.numel()]
 
 
+def with_out(function, args, results, dtype_of):
+    """outcome of function(*args, out=...), the outs empty, one per result, of dtype_of(its dtype)."""
+    empty = [torch.empty(0, dtype=dtype_of(r.dtype)) for r in (results if isinstance(results, tuple) else (results,))]
+    return outcome(lambda *a: function(*a, out=tuple(empty) if isinstance(results, tuple) else empty[0]), args)
+
+
+def assert_same_answer(got, expected, rtol=1e-5, atol=1e-5):
+    """torch's error, or, where torch returns, results of its dtypes close to its own."""
+    if expected[0] != "returned":
+        assert got == expected
+    else:
+        assert got[0] == "returned", got
+        for x, y in zip(got[1], expected[1], strict=True):
+            assert x.dtype == y.dtype
+            torch.testing.assert_close(x, y, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("bad,name", CASES, ids=[f"{name}-{bad}" for bad, name in CASES])
 def test_bad_input_gets_torchs_answer(bad, name):
     """torch's error; where torch accepts the input after all (solve_triangular promotes
@@ -99,12 +116,8 @@ def test_bad_input_gets_torchs_answer(bad, name):
         got = outcome(ours, args)
     if (bad, name) in RAISES_WHERE_TORCH_DOES_NOT:
         assert got[0] is RuntimeError and RAISES_WHERE_TORCH_DOES_NOT[bad, name] in got[1]
-    elif expected[0] != "returned":
-        assert got == expected
     else:
-        assert got[0] == "returned", got
-        for x, y in zip(got[1], expected[1], strict=True):
-            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+        assert_same_answer(got, expected)
 
 
 TWO_TENSORS = ["solve", "solve_ex", "solve_triangular", "lstsq", "lu_solve", "householder_product", "ormqr"]
@@ -133,21 +146,11 @@ def test_out_while_an_input_requires_grad(name):
     ours, theirs, arguments = FUNCTIONS[name]
     args = list(arguments(square(3)))
     results = theirs(*args)
-
-    def call(function):
-        empty = [torch.empty(0, dtype=r.dtype) for r in (results if isinstance(results, tuple) else (results,))]
-        out = tuple(empty) if isinstance(results, tuple) else empty[0]
-        return outcome(lambda *a: function(*a, out=out), [args[0].clone().requires_grad_(), *args[1:]])
-
-    expected = call(theirs)
+    args[0] = args[0].clone().requires_grad_()
+    expected = with_out(theirs, args, results, lambda dtype: dtype)
     with LA.use_backend("opencl"):
-        got = call(ours)
-    if expected[0] != "returned":
-        assert got == expected
-    else:
-        assert got[0] == "returned", got
-        for x, y in zip(got[1], expected[1], strict=True):
-            torch.testing.assert_close(x, y)
+        got = with_out(ours, args, results, lambda dtype: dtype)
+    assert_same_answer(got, expected)
 
 
 OUT_DTYPES = [torch.float64, torch.complex64, torch.float16, torch.int64, torch.int32, torch.bool]
@@ -163,19 +166,8 @@ def test_out_of_another_dtype(name, dtype):
     ours, theirs, arguments = FUNCTIONS[name]
     args = arguments(square(3))
     results = theirs(*args)
-
-    def call(function):
-        empty = [torch.empty(0, dtype=dtype if r.dtype != torch.int32 else r.dtype)
-                 for r in (results if isinstance(results, tuple) else (results,))]  # pivots and info stay int32
-        return outcome(lambda *a: function(*a, out=tuple(empty) if isinstance(results, tuple) else empty[0]), args)
-
-    expected = call(theirs)
+    dtype_of = lambda result: result if result == torch.int32 else dtype  # pivots and info stay int32
+    expected = with_out(theirs, args, results, dtype_of)
     with LA.use_backend("opencl"):
-        got = call(ours)
-    if expected[0] != "returned":
-        assert got == expected
-    else:
-        assert got[0] == "returned", got
-        for x, y in zip(got[1], expected[1], strict=True):
-            assert x.dtype == y.dtype
-            torch.testing.assert_close(x, y, rtol=1e-3, atol=1e-3)
+        got = with_out(ours, args, results, dtype_of)
+    assert_same_answer(got, expected, rtol=1e-3, atol=1e-3)
