@@ -160,7 +160,7 @@ def lu_ratio(A: torch.Tensor, LU: torch.Tensor, pivots: torch.Tensor) -> float:
     product = lower @ np.triu(lu[..., :k, :])
     order = np.broadcast_to(np.arange(m), a.shape[:-1]).copy()
     piv = pivots.cpu().numpy().astype(np.int64) - 1
-    for j in range(k):  # slaswp, backwards: row order of P^T A
+    for j in range(k):  # slaswp's interchanges, first to last: the row order of P^T A
         here = np.take_along_axis(order, piv[..., j : j + 1], -1)
         there = order[..., j : j + 1].copy()
         order[..., j : j + 1] = here

@@ -19,6 +19,7 @@ from mpslinalg.inverse import DET_SMALL, GROUP, INVERSE_SMALL
 from mpslinalg.lu_family import LU_FACTOR_PANEL
 from mpslinalg.runtimes import RUNTIMES, launch
 from mpslinalg.runtimes.metal import MetalRuntime
+from mpslinalg.svd_family import SVD_TINY
 from conftest import require
 
 
@@ -206,6 +207,19 @@ def test_launch_refuses_unresolved_or_strided_arguments():
             launch(DET_SMALL, 1, bad, det, 4, N=2)
 
 
+def test_launch_refuses_buffers_of_another_element_type():
+    require("opencl")
+    a = torch.zeros(2, 3, 3)
+    inverse, info = torch.zeros(2, 3, 3), torch.zeros(2, dtype=torch.int32)
+    for args, name in [((a, inverse.double(), info), "inverse"), ((a, inverse, info.long()), "info")]:
+        with pytest.raises(TypeError, match=f"inverse_small: {name} must be torch.(float32|int32)"):
+            launch(INVERSE_SMALL, 1, *args, 2, N=3)
+    singular = torch.zeros(4, 3, dtype=torch.complex64)  # an R buffer: the real type
+    with pytest.raises(TypeError, match="s must be torch.float32, got torch.complex64"):
+        launch(SVD_TINY, 1, torch.zeros(4, 3, 3, dtype=torch.complex64), torch.zeros(4, 3, 3, dtype=torch.complex64),
+               singular, torch.zeros(4, 3, 3, dtype=torch.complex64), 4, N=3)
+
+
 def test_cpu_default_is_torch_linalg(monkeypatch):
     monkeypatch.delenv("MPSLINALG_BACKEND", raising=False)
     assert _dispatch.kernel_runtime(torch.zeros(2, 2)) is None
@@ -370,3 +384,22 @@ def test_opencl_threadgroup_limit_before_any_launch():
     fresh = OpenCLRuntime()
     instance = LU_FACTOR_PANEL.instance(torch.float32, GROUP=1024, ROWS=1)
     assert fresh.max_group_size(instance, torch.device("cpu")) >= 1024
+
+
+def test_ptx_cache_writes_whole_files_and_leaves_no_partial_one(tmp_path, monkeypatch):
+    from mpslinalg.runtimes import cuda
+
+    target = tmp_path / "cuda" / "kernel.ptx"
+    cuda._write_whole(target, b"first")
+    cuda._write_whole(target, b"second")
+    assert target.read_bytes() == b"second" and [p.name for p in target.parent.iterdir()] == ["kernel.ptx"]
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cuda.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        cuda._write_whole(target, b"third")
+    assert target.read_bytes() == b"second" and [p.name for p in target.parent.iterdir()] == ["kernel.ptx"]
+    monkeypatch.setenv("MPSLINALG_CACHE_DIR", str(tmp_path))
+    assert cuda._cache_dir() == tmp_path / "cuda"

@@ -118,9 +118,9 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
     """Run ``kernel`` on ``groups`` threadgroups on the runtime of its tensors' device.
 
     ``args`` follow ``kernel.args``: tensors for buffers (contiguous, on one device,
-    conjugate and negative bits resolved), Python ints for scalars. The dtype of the
-    first T buffer selects the instantiation (a kernel without one has a single
-    dtype); ``values`` give its other parameters.
+    conjugate and negative bits resolved, of the buffer's element type), Python ints
+    for scalars. The dtype of the first T buffer selects the instantiation (a kernel
+    without one has a single dtype); ``values`` give its other parameters.
     """
     device = dtype = None
     for arg, decl in zip(args, kernel.args):
@@ -141,7 +141,15 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
         dtype = kernel.dtypes[0]
     elif dtype not in runtime.dtypes:
         raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
+    # A buffer of another element type would be read as this one (and written past its end).
+    elements = {"T": dtype, "R": _REAL.get(dtype, dtype), "int": torch.int32}
+    for arg, decl in zip(args, kernel.args):
+        if isinstance(decl, Buffer) and arg.dtype != elements[decl.element]:
+            raise TypeError(f"{kernel.function}: {decl.name} must be {elements[decl.element]}, got {arg.dtype}")
     runtime.launch(kernel.instance(dtype, **values), groups, args, device)
+
+
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
 def groups_for(count: int, per_group: int) -> int:

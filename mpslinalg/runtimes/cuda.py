@@ -6,6 +6,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import tempfile
 import warnings
 from typing import Sequence
 
@@ -87,7 +88,7 @@ def _ptx(source: str, name: str, capability: tuple[int, int]) -> bytes:
     subnormal inputs to zero: a subnormal pivot would read as singular.)
 
     NVRTC takes seconds for the larger unrolled kernels, so the PTX is kept on disk
-    (``$MPSLINALG_CACHE_DIR``, else ``~/.cache/mpslinalg``) under a hash of
+    (``_cache_dir``) under a hash of
     everything it depends on; the driver caches its own step, PTX to machine code."""
     from cupy_backends.cuda.libs import nvrtc
 
@@ -107,17 +108,31 @@ def _ptx(source: str, name: str, capability: tuple[int, int]) -> bytes:
         ptx = nvrtc.getPTX(program)
     finally:
         nvrtc.destroyProgram(program)
-    try:  # written whole, then renamed: a concurrent reader never sees part of it
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_bytes(ptx)
-        os.replace(partial, cached)
+    try:
+        _write_whole(cached, ptx)
     except OSError:
-        pass  # a read-only home only costs the compile next time
+        pass  # a read-only or full disk only costs the compile next time
     return ptx
 
 
+def _write_whole(path: pathlib.Path, data: bytes) -> None:
+    """``data`` into ``path`` by a rename: a concurrent reader (another process, on any
+    host sharing the folder) sees the old file or the whole new one, and a failed
+    write leaves nothing behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
+
+
 def _cache_dir() -> pathlib.Path:
+    """``$MPSLINALG_CACHE_DIR/cuda``, else ``$XDG_CACHE_HOME/mpslinalg/cuda``, else
+    ``~/.cache/mpslinalg/cuda``."""
     configured = os.environ.get("MPSLINALG_CACHE_DIR")
     if configured:
         return pathlib.Path(configured) / "cuda"

@@ -8,7 +8,9 @@ synchronously: buffers are copied in, and the written ones copied back.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import site
 import sys
 import sysconfig
@@ -44,9 +46,11 @@ def _point_loader_at_intel_runtime() -> None:
     library = _intel_library()
     if "OCL_ICD_VENDORS" in os.environ or library is None:
         return
-    folder = Path(tempfile.gettempdir()) / f"mpslinalg-opencl-{os.getuid()}"
-    folder.mkdir(exist_ok=True)
+    # A new private (0700) folder a process: a shared, predictable one could be
+    # another user's (naming their library) or be read half-written by a second process.
+    folder = Path(tempfile.mkdtemp(prefix="mpslinalg-opencl-"))
     (folder / "intel-cpu.icd").write_text(f"{library}\n")
+    atexit.register(shutil.rmtree, folder, True)
     os.environ["OCL_ICD_VENDORS"] = str(folder)
 
 
