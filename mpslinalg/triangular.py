@@ -9,9 +9,9 @@ Kernels (``metal/triangular.metal``):
   (On the H200, 10^4 complex64 systems: n = 64, k = 8 took 0.32 ms by rows and
   0.90 by columns; n = 32, k = 64, 0.93 by rows and 0.32 by columns.)
 - ``trsm_by_inverse``, the Gated DeltaNet fast path: real, lower or upper, n in
-  {16, 32, 64}, k >= 8 (float64 at n = 64: k <= 16): inv(A) formed in threadgroup memory (16 x 16 diagonal
-  blocks in registers, then doubling steps as tiled products), applied to the
-  right-hand sides as a product by register tiles.
+  {16, 32, 64}, k >= 8 (float64 at n = 64: k <= 16): inv(A) formed in threadgroup
+  memory (16 x 16 diagonal blocks in registers, then doubling steps as tiled
+  products), applied to the right-hand sides as a product by register tiles.
 - Larger n: blocked TRSM with inverted diagonal blocks of 64 rows (one batched
   inverse, then X_j = inv(A_jj) (B_j - A_j,<j X_<j)), so that most flops are
   ``torch.matmul``: two products per block row.
@@ -384,8 +384,8 @@ def solve_triangular(
     Real solves with n in {16, 32, 64} and at least 8 right-hand sides take the
     Gated DeltaNet fast path (the inverse of A by blocks, applied as a matrix
     product; float64 at n = 64 up to 16 of them, where its panels fit threadgroup
-    memory); n above 64 is blocked, most of its work in ``torch.matmul``. Differentiable in A and B, in reverse
-    and forward mode.
+    memory); n above 64 is blocked, most of its work in ``torch.matmul``.
+    Differentiable in A and B, in reverse and forward mode.
     """
     if _dispatch.kernel_runtime(A) is None:
         return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)

@@ -323,8 +323,9 @@ def test_solve_tril_gradient(device, cu_seqlens):
 @pytest.mark.cuda
 @pytest.mark.parametrize("cu_seqlens", [None, [0, 5, 21, 22, 40]], ids=["fixed", "ragged"])
 def test_solve_tril_synchronises_only_for_cu_seqlens(cu_seqlens):
-    """The Gated DeltaNet path: fixed chunks forward and backward without a host
-    synchronisation; cu_seqlens with one (its ends and chunk count), in the forward."""
+    """The Gated DeltaNet path without a host synchronisation: fixed chunks forward and
+    backward, cu_seqlens in the backward (its forward synchronises once, for its ends
+    and chunk count, outside the checked region)."""
     require("cuda")
     A, _ = fla_like(1, 40, 2, 16, seed=5, cu_seqlens=cu_seqlens)
     A = A.float().cuda().requires_grad_()
