@@ -138,14 +138,19 @@ METAL_FUNC complex_t<R> scaled_by(complex_t<R> z, R scale, R inverse, bool by_re
 // sweep is a broadcast.
 template <int N>
 struct small_tile {
-  static const int RB = N < 8 ? N : 8;
+  // Enumerators, not static data members: MSL puts those at program scope, where
+  // a variable must be in the constant address space (an enum is valid on every
+  // runtime).
+  enum : int {
+    RB = N < 8 ? N : 8,
+    SIZE = RB * (N / RB) * N - RB * RB * (N / RB) * (N / RB - 1) / 2,
+    TEAM_SIZE = SIZE + N + 2,  // + taus, a step's alpha and beta
+  };
   // Columns of earlier blocks hold N - (their block's b) rows each.
   METAL_FUNC static int offset(int j) {
     const int block = j / RB;
     return RB * block * N - RB * RB * block * (block - 1) / 2 + (j % RB) * (N - block * RB);
   }
-  static const int SIZE = RB * (N / RB) * N - RB * RB * (N / RB) * (N / RB - 1) / 2;
-  static const int TEAM_SIZE = SIZE + N + 2;  // + taus, a step's alpha and beta
 };
 
 // Orders a team's tile accesses: a team of at most 32 lies in one SIMD group.

@@ -1,6 +1,6 @@
 """Checks generated Metal source with clang against the MSL stub in metal_stub/.
 
-What it catches and what it cannot is written down in metal/README.md.
+What it catches and what it cannot is written down in metal/README.md, rule by rule.
 """
 
 from __future__ import annotations
@@ -8,54 +8,125 @@ from __future__ import annotations
 from pathlib import Path
 
 STUB = Path(__file__).with_name("metal_stub")
-ARGS = ["-x", "c++", "-std=c++14", "-fsyntax-only", f"-I{STUB}"]
+# No system headers: MSL has no C++ standard library, only what the stub declares.
+ARGS = ["-x", "c++", "-std=c++14", "-fsyntax-only", "-nostdinc", "-nostdinc++", f"-I{STUB}"]
+SOURCE = "kernel.metal"
 # MSL allows threadgroup variables at kernel scope, which C++ has no notion of.
 KERNEL_SCOPE_ONLY = "automatic variable qualified with an address space"
+CONSTANT_SPACE, THREADGROUP_SPACE = 2, 3  # the stub's address_space numbers
+# Keywords of C++14 features that MSL does not have (its specification's section
+# "C++14 features not supported"; lambdas, function pointers and recursion are
+# found on the syntax tree below).
+FORBIDDEN_KEYWORDS = {
+    "dynamic_cast": "dynamic_cast (MSL has none)",
+    "typeid": "type identification (MSL has none)",
+    "new": "new (MSL has no dynamic allocation)",
+    "delete": "delete (MSL has no dynamic allocation)",
+    "noexcept": "noexcept (MSL has none)",
+    "register": "register storage (MSL has none)",
+    "thread_local": "thread_local storage (MSL has none)",
+    "virtual": "virtual function (MSL has none)",
+    "try": "exceptions (MSL has none)",
+    "catch": "exceptions (MSL has none)",
+    "throw": "exceptions (MSL has none)",
+    "goto": "goto (MSL has none)",
+}
+
+
+def _parse(source: str):
+    import clang.cindex as ci
+
+    return ci.Index.create().parse(SOURCE, args=ARGS, unsaved_files=[(SOURCE, source)])
 
 
 def metal_errors(source: str, kernels: set[str]) -> list[str]:
-    """clang's errors for ``source``, and the C++14 features MSL forbids, as 'line: message'.
+    """clang's errors for ``source``, and what MSL forbids beyond C++14, as 'line: message'.
 
-    ``kernels`` names the [[kernel]] functions, inside which threadgroup
-    variables are allowed; anywhere else they are an error, as in MSL.
+    ``kernels`` names the [[kernel]] functions, inside which threadgroup variables
+    are allowed; anywhere else they are an error, as in MSL. C++ has no kernel
+    scope: clang rejects such a variable as an automatic one and then leaves the
+    bodies the kernel calls uninstantiated, so the check declares them ``static``
+    for clang (on the same line) and parses again, which instantiates every body.
     """
     import clang.cindex as ci
 
-    tu = ci.Index.create().parse("kernel.metal", args=ARGS, unsaved_files=[("kernel.metal", source)])
     lines = source.splitlines()
-    errors = []
+    errors = [f"{n}: non-ASCII text (compile_shader reads the source as ASCII)    [{line.strip()}]"
+              for n, line in enumerate(lines, 1) if not line.isascii()]
+    tu = _parse(source)
+    for line, message in forbidden_features(tu):
+        errors.append(f"{line}: {message}    [{lines[line - 1].strip()}]")
+    shared = _kernel_scope_shared(tu, kernels)
+    if shared:
+        tu = _parse(_made_static(source, shared))
     for diagnostic in tu.diagnostics:
-        if diagnostic.severity < ci.Diagnostic.Error:
-            continue
-        if diagnostic.spelling == KERNEL_SCOPE_ONLY and _enclosing_function(tu, diagnostic.location) in kernels:
+        if diagnostic.severity < ci.Diagnostic.Error or _allowed_in_msl(diagnostic, {line for line, _ in shared}):
             continue
         where = diagnostic.location
         line = lines[where.line - 1].strip() if where.file else ""
         errors.append(f"{where.line}: {diagnostic.spelling}    [{line}]")
-    for line, message in forbidden_features(tu):
-        errors.append(f"{line}: {message}    [{lines[line - 1].strip()}]")
     return errors
+
+
+def _kernel_scope_shared(tu, kernels: set[str]) -> list[tuple[int, int]]:
+    """(line, column) of each threadgroup variable declared in one of ``kernels``."""
+    import clang.cindex as ci
+
+    found = []
+    for cursor in tu.cursor.walk_preorder():
+        if (cursor.kind == ci.CursorKind.VAR_DECL and _in_source(cursor)
+                and cursor.type.get_address_space() == THREADGROUP_SPACE
+                and cursor.semantic_parent is not None and cursor.semantic_parent.spelling in kernels
+                and cursor.semantic_parent.kind == ci.CursorKind.FUNCTION_DECL):
+            found.append((cursor.extent.start.line, cursor.extent.start.column))
+    return found
+
+
+def _made_static(source: str, where: list[tuple[int, int]]) -> str:
+    lines = source.splitlines(keepends=True)
+    for line, column in sorted(where, reverse=True):
+        text = lines[line - 1]
+        lines[line - 1] = text[: column - 1] + "static " + text[column - 1:]
+    return "".join(lines)
+
+
+def _allowed_in_msl(diagnostic, static_lines: set[int]) -> bool:
+    """Whether clang's error is one that MSL does not make: a class's implicit copy
+    or assignment between address spaces (MSL's implicit members serve every address
+    space: a struct is read from and written to device memory by plain assignment),
+    or the default initialisation of a kernel-scope threadgroup variable the check
+    made static (MSL runs no constructor on threadgroup memory)."""
+    spelling = diagnostic.spelling
+    if diagnostic.location.line in static_lines and spelling.startswith("no matching constructor for initialization of 'threadgroup"):
+        return True
+    if not spelling.startswith(("no matching constructor for initialization of", "no viable overloaded '='")):
+        return False
+    notes = [c.spelling for c in diagnostic.children if c.spelling.startswith("candidate")]
+    return bool(notes) and all("(the implicit " in n for n in notes) and any("address space" in n for n in notes)
+
+
+def _in_source(cursor) -> bool:
+    return cursor.location.file is not None and cursor.location.file.name == SOURCE
 
 
 def forbidden_features(tu) -> list[tuple[int, str]]:
     """(line, message) for what C++14 allows and MSL does not, in the source (the stub is
-    not looked at): lambdas (before Metal 3.2), function pointers, virtual functions,
-    exceptions, goto, and recursion among the source's functions, direct or through
+    not looked at): program-scope variables outside the constant address space (static
+    data members and static locals included), lambdas (before Metal 3.2), function
+    pointers, derived classes, a function named main, the keywords of
+    FORBIDDEN_KEYWORDS, and recursion among the source's functions, direct or through
     others. Calls are followed by name, so that those in uninstantiated templates count
     too, except to overloaded names (``simd_shuffle`` of a complex calling that of a
     float is no recursion) and operators: recursion through those goes unseen."""
     import clang.cindex as ci
 
     K, T = ci.CursorKind, ci.TypeKind
-    kinds = {
-        K.LAMBDA_EXPR: "lambda (MSL has none before Metal 3.2)",
-        K.CXX_TRY_STMT: "exceptions (MSL has none)",
-        K.CXX_THROW_EXPR: "exceptions (MSL has none)",
-        K.GOTO_STMT: "goto (MSL has none)",
-    }
     declarations = (K.VAR_DECL, K.PARM_DECL, K.FIELD_DECL, K.TYPEDEF_DECL, K.TYPE_ALIAS_DECL)
     functions = (K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, K.CXX_METHOD)
     found: list[tuple[int, str]] = []
+    for token in tu.get_tokens(extent=tu.cursor.extent):
+        if token.kind == ci.TokenKind.KEYWORD and token.spelling in FORBIDDEN_KEYWORDS and token.location.file.name == SOURCE:
+            found.append((token.location.line, FORBIDDEN_KEYWORDS[token.spelling]))
     calls: dict[str, set[str]] = {}
     where: dict[str, int] = {}
 
@@ -65,17 +136,27 @@ def forbidden_features(tu) -> list[tuple[int, str]]:
             return t.get_pointee().get_canonical().kind in (T.FUNCTIONPROTO, T.FUNCTIONNOPROTO)
         return t.kind == T.MEMBERPOINTER
 
+    def program_scope(cursor) -> bool:
+        """A variable of static storage duration: at namespace scope, a static data
+        member, or a static local. MSL puts all of these at program scope."""
+        parent = cursor.semantic_parent
+        return cursor.storage_class == ci.StorageClass.STATIC or parent is None or parent.kind in (K.TRANSLATION_UNIT, K.NAMESPACE)
+
     def visit(cursor, function: str | None) -> None:
         for child in cursor.get_children():
-            if child.location.file is None or child.location.file.name != "kernel.metal":
+            if not _in_source(child):
                 continue
             line = child.location.line
-            if child.kind in kinds:
-                found.append((line, kinds[child.kind]))
+            if child.kind == K.LAMBDA_EXPR:
+                found.append((line, "lambda (MSL has none before Metal 3.2)"))
+            elif child.kind == K.CXX_BASE_SPECIFIER:
+                found.append((line, "derived class (MSL has none)"))
             elif child.kind in declarations and function_type(child.type if child.kind not in (K.TYPEDEF_DECL, K.TYPE_ALIAS_DECL) else child.underlying_typedef_type):
                 found.append((line, "function pointer (MSL has none)"))
-            elif child.kind in functions and child.is_virtual_method():
-                found.append((line, "virtual function (MSL has none)"))
+            elif child.kind == K.VAR_DECL and program_scope(child) and child.type.get_address_space() != CONSTANT_SPACE:
+                found.append((line, f"program scope variable '{child.spelling}' must reside in constant address space"))
+            elif child.kind in functions and child.spelling == "main":
+                found.append((line, "a function named main (MSL reserves it)"))
             inner = function
             if child.kind in functions and child.is_definition():
                 inner = child.spelling
@@ -111,14 +192,3 @@ def _reaches(calls: dict[str, set[str]], start: str, target: str) -> bool:
                 seen.add(callee)
                 frontier.append(callee)
     return False
-
-
-def _enclosing_function(tu, location) -> str | None:
-    import clang.cindex as ci
-
-    cursor = ci.Cursor.from_location(tu, location)
-    while cursor is not None and cursor.kind != ci.CursorKind.TRANSLATION_UNIT:
-        if cursor.kind in (ci.CursorKind.FUNCTION_DECL, ci.CursorKind.FUNCTION_TEMPLATE):
-            return cursor.spelling
-        cursor = cursor.semantic_parent
-    return None

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from mpslinalg._kernel import KERNELS
+import mpslinalg  # noqa: F401  (declares every kernel)
 from mpslinalg.runtimes import RUNTIMES
 
 try:
@@ -18,7 +18,7 @@ except ImportError:  # the CUDA machine has no libclang; CI must
 from metal_check import metal_errors
 
 METAL = RUNTIMES["metal"]
-INSTANCES = [i for k in KERNELS for i in k.all_instances() if i.scalar.dtype in METAL.dtypes]
+INSTANCES = METAL.instances()
 
 
 @pytest.mark.parametrize("instance", INSTANCES, ids=lambda i: i.host_name)
@@ -70,6 +70,39 @@ PLANTED = {
         "recursion through ping",
     ),
     "goto": ("", "if (i > 0) goto done; out[0] = 1; done: out[1] = 2;", "goto"),
+    "static data member outside constant": (
+        "template <int N> struct tile { static const int SIZE = N * N; };\n",
+        "out[0] = tile<4>::SIZE;",
+        "program scope variable 'SIZE' must reside in constant address space",
+    ),
+    "namespace-scope variable outside constant": (
+        "const float half_of = 0.5f;\n",
+        "out[0] = half_of;",
+        "program scope variable 'half_of' must reside in constant address space",
+    ),
+    "static local variable": ("", "static int calls = 0; out[0] = calls++;", "program scope variable 'calls'"),
+    "non-ASCII text": ("// \u03c3 = sqrt(\u03bb)\n", "out[0] = 1;", "non-ASCII"),
+    "C++ standard library header": ("#include <cmath>\n", "out[0] = 1;", "'cmath' file not found"),
+    "derived class": ("struct base { float x; };\nstruct derived : base { float y; };\n", "derived d; out[0] = d.y;", "derived class"),
+    "new and delete": ("", "device float* p = new float; delete p;", "dynamic allocation"),
+    "dynamic_cast": ("", "(void)dynamic_cast<device float*>(out);", "dynamic_cast"),
+    "type identification": ("", "(void)typeid(out);", "type identification"),
+    "noexcept": ("METAL_FUNC float one() noexcept { return 1; }\n", "out[0] = one();", "noexcept"),
+    "register storage": ("", "register int r = 1; out[0] = r;", "register storage"),
+    "thread_local storage": ("", "thread_local int r = 1; out[0] = r;", "thread_local"),
+    "a function named main": ("int main() { return 0; }\n", "out[0] = 1;", "function named main"),
+    "virtual function": ("struct shape { virtual float area() { return 0; } };\n", "out[0] = 1;", "virtual function"),
+    "exceptions": ("", "try { out[0] = 1; } catch (...) { out[0] = 2; }", "exceptions"),
+    "error in a body called by a kernel with threadgroup arrays": (
+        "template <typename T> METAL_FUNC void fill(threadgroup T* s, device T* o) { s[0] = o[0]; o[1] = undeclared(s[0]); }\n",
+        "threadgroup float scratch[4]; fill<float>(scratch, out);",
+        "undeclared identifier 'undeclared'",
+    ),
+    "pointer into another address space in a body called by a kernel with threadgroup arrays": (
+        "template <typename T> METAL_FUNC void keep(thread T* p, threadgroup T* s) { s[0] = p[0]; }\n",
+        "threadgroup float scratch[4]; keep<float>(scratch, scratch);",
+        "no matching function",
+    ),
     "threadgroup variable outside kernel scope": (
         "void helper(device float* out) { threadgroup float scratch[4]; scratch[0] = out[0]; }\n",
         "helper(out);",
@@ -88,3 +121,20 @@ def test_check_catches_planted_error(name):
 
 def test_threadgroup_array_at_kernel_scope_is_accepted():
     assert metal_errors(entry("threadgroup float scratch[4]; scratch[i % 4] = out[i];"), {"planted", INSTANCES[0].host_name}) == []
+
+
+def test_what_msl_allows_is_accepted():
+    """Constants as MSL allows them at program scope, and complex_t copied between
+    address spaces (MSL's implicit copy and assignment serve every address space)."""
+    helpers = (
+        "template <int N> struct tile { enum : int { SIZE = N * N }; static constant constexpr const int ROWS = N; };\n"
+        "constant float half_of = 0.5f;\n"
+        "template <typename T> METAL_FUNC void swap_through(threadgroup T* s, device T* o) { T x = s[0]; s[0] = o[0]; o[0] = x; }\n"
+    )
+    body = (
+        "threadgroup complex_t<float> scratch[4]; device complex_t<float>* z = reinterpret_cast<device complex_t<float>*>(out);\n"
+        "swap_through<complex_t<float>>(scratch, z); static constant constexpr const int k = 2;\n"
+        "out[0] = tile<4>::SIZE + tile<4>::ROWS + half_of + k;"
+    )
+    source = entry(body).replace("\n[[kernel]] void planted", "\n" + helpers + "[[kernel]] void planted")
+    assert metal_errors(source, {"planted", INSTANCES[0].host_name}) == []

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from .._kernel import Buffer, Instance, Kernel, Scalar, program
+from .._kernel import KERNELS, Buffer, Instance, Kernel, Scalar, program
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,11 @@ class Runtime:
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         raise NotImplementedError
 
+    def instances(self) -> list[Instance]:
+        """Every instance this runtime can launch: those of its dtypes, and those of
+        kernels on indices only (no T buffer), whose one type every runtime has."""
+        return [i for k in KERNELS for i in k.all_instances() if i.scalar.dtype in self.dtypes or not _has_scalar_buffer(k)]
+
     def max_group_size(self, instance: Instance, device: torch.device) -> int:
         """The most threads a threadgroup of the compiled ``instance`` may have here
         (a Metal pipeline's limit falls with the registers the kernel uses)."""
@@ -147,6 +152,10 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
         if isinstance(decl, Buffer) and arg.dtype != elements[decl.element]:
             raise TypeError(f"{kernel.function}: {decl.name} must be {elements[decl.element]}, got {arg.dtype}")
     runtime.launch(kernel.instance(dtype, **values), groups, args, device)
+
+
+def _has_scalar_buffer(kernel: Kernel) -> bool:
+    return any(isinstance(a, Buffer) and a.element == "T" for a in kernel.args)
 
 
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
