@@ -11,12 +11,22 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import types
 import warnings
 
 import torch
 from torch.autograd import forward_ad
 
 from .runtimes import RUNTIMES, Runtime, Status
+
+# torch's own implementations of the functions mpslinalg stands in for, bound once
+# from torch's C module: a user may put mpslinalg's functions in torch.linalg's place
+# (``torch.linalg.qr = mpslinalg.qr``), and a fallback or argument check that looked
+# ``torch.linalg.qr`` up at call time would then call back into mpslinalg for ever.
+TORCH = types.SimpleNamespace(
+    **{name.removeprefix("linalg_"): getattr(torch._C._linalg, name) for name in dir(torch._C._linalg) if name.startswith("linalg_")},
+    **{name: getattr(torch._C._VariableFunctions, name) for name in ("geqrf", "ormqr", "logdet")},
+)
 
 CPU_BACKENDS = ("torch", "opencl")
 _cpu_backend: contextvars.ContextVar[str | None] = contextvars.ContextVar("mpslinalg_cpu_backend", default=None)

@@ -275,7 +275,7 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
     with B = I (as torch.linalg.inv_ex).
     """
     if not _kernels_apply("linalg.inv", A):
-        return torch.linalg.inv_ex(A, check_errors=check_errors, out=out)
+        return _dispatch.TORCH.inv_ex(A, check_errors=check_errors, out=out)
     _checks.out_without_grad("linalg_inv_ex", out, A)
     inverse, info = _inverse_any(A, "linalg.inv_ex" if check_errors else "")
     if out is not None:
@@ -291,7 +291,7 @@ def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     ``-A^-H G A^-H``. n <= 4 runs the fused kernel; larger n the LU family.
     """
     if not _kernels_apply("linalg.inv", A):
-        return torch.linalg.inv(A, out=out)
+        return _dispatch.TORCH.inv(A, out=out)
     _checks.out_without_grad("linalg_inv_ex", out, A)
     return _checks.into(out, _inverse_any(A, "linalg.inv")[0])
 
@@ -306,6 +306,6 @@ def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     fused kernel; larger n the LU family.
     """
     if not _kernels_apply("linalg.det", A):
-        return torch.linalg.det(A, out=out)
+        return _dispatch.TORCH.det(A, out=out)
     _checks.out_without_grad("_linalg_det", out, A)
     return _checks.into(out, _determinant(A))

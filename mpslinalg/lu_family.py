@@ -519,7 +519,7 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
         A must have full rank), in reverse and forward mode.
     """
     if not _dispatch.has_kernels(A):
-        return torch.linalg.lu_factor_ex(A, pivot=pivot, check_errors=check_errors, out=out)
+        return _dispatch.TORCH.lu_factor_ex(A, pivot=pivot, check_errors=check_errors, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu_factor_ex", out, A)
@@ -532,7 +532,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
     U[i, i] is exactly zero (which synchronises with the device), like
     ``torch.linalg.lu_factor``."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.lu_factor(A, pivot=pivot, out=out)
+        return _dispatch.TORCH.lu_factor(A, pivot=pivot, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu_factor_ex", out, A)
@@ -545,7 +545,7 @@ def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
     with ``pivot=False``), L ``(*, m, k)`` unit lower, U ``(*, k, n)``, k = min(m, n).
     Gradients flow to L and U."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.lu(A, pivot=pivot, out=out)
+        return _dispatch.TORCH.lu(A, pivot=pivot, out=out)
     if A.dim() < 2:
         raise RuntimeError(f"linalg.lu: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
     _checks.out_without_grad("linalg_lu", out, A)
@@ -570,7 +570,7 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: b
     pivot gives inf/NaN, no error. Differentiable in LU and B.
     """
     if not _dispatch.has_kernels(LU, pivots, B):
-        return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
+        return _dispatch.TORCH.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
     api = "linalg.lu_solve"
     if LU.dim() < 2:
         raise RuntimeError(f"torch.{api}: The input tensor A must have at least 2 dimensions.")
@@ -598,7 +598,7 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     (X then holds inf/NaN). B may be a vector (``(*, n)``). No host synchronisation
     unless ``check_errors``. Differentiable in A and B."""
     if not _dispatch.has_kernels(A, B):
-        return torch.linalg.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
+        return _dispatch.TORCH.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
     _checks.out_without_grad("_linalg_solve_ex", out, A, B)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve_ex" if check_errors else "")
     return torch.return_types.linalg_solve_ex(_checks.into_each(out, (X, info)))
@@ -609,7 +609,7 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> t
     ``torch.linalg.LinAlgError`` for singular A (a host synchronisation; ``solve_ex``
     has none)."""
     if not _dispatch.has_kernels(A, B):
-        return torch.linalg.solve(A, B, left=left, out=out)
+        return _dispatch.TORCH.solve(A, B, left=left, out=out)
     _checks.out_without_grad("_linalg_solve_ex", out, A, B)
     X, info = _solve_ex("linalg.solve", A, B, left, "linalg.solve")
     return _checks.into(out, X)
@@ -648,7 +648,7 @@ def slogdet(A: torch.Tensor, *, out=None):
     real (-inf if singular). From the LU's diagonal and pivots, on the device.
     Gradients as torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A)."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.slogdet(A, out=out)
+        return _dispatch.TORCH.slogdet(A, out=out)
     _checks.square("linalg.slogdet", A)
     _checks.out_without_grad("_linalg_slogdet", out, A)
     if A.shape[-1] == 0:
@@ -662,7 +662,7 @@ def logdet(A: torch.Tensor) -> torch.Tensor:
     """log(det(A)), like ``torch.logdet``: NaN for a real A with negative determinant,
     -inf for a singular one; complex A gives the complex logarithm."""
     if not _dispatch.has_kernels(A):
-        return torch.logdet(A)
+        return _dispatch.TORCH.logdet(A)
     _checks.square("logdet", A)
     sign, logabs = slogdet(A)
     if A.is_complex():

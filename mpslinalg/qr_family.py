@@ -375,7 +375,7 @@ def geqrf(A: torch.Tensor, *, out=None):
     (H_j = I - tau_j v_j v_j^H, v_j[j] = 1), ``tau`` ``(*, min(m, n))``. Not
     differentiable, as in torch."""
     if not _dispatch.has_kernels(A):
-        return torch.geqrf(A, out=out)
+        return _dispatch.TORCH.geqrf(A, out=out)
     _checks.out_without_grad("geqrf", out, A)
     if A.dim() < 2:
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
@@ -395,14 +395,14 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
     leaves them in A (m x n, m >= n >= k = tau.shape[-1]), like
     ``torch.linalg.householder_product``. Differentiable in A and tau."""
     if not _dispatch.has_kernels(A, tau):
-        return torch.linalg.householder_product(A, tau, out=out)
+        return _dispatch.TORCH.householder_product(A, tau, out=out)
     _checks.out_without_grad("linalg_householder_product", out, A, tau)
     if A.dim() >= 2 and A.dtype != tau.dtype:  # the meta kernel words this one differently
         raise RuntimeError(
             f"torch.linalg.householder_product: tau dtype {_checks.type_name(tau.dtype)} "
             f"does not match input dtype {_checks.type_name(A.dtype)}"
         )
-    torch.linalg.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
+    _dispatch.TORCH.householder_product(A.to("meta"), tau.to("meta"))  # torch's errors for shapes and dtypes
     Q = _dispatch.call(torch.ops.mpslinalg.householder_product, _householder_body, A, tau, function=_Householder)
     return _checks.into(out, Q, castable=("torch.linalg.householder_product", "result"))
 
@@ -415,9 +415,9 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
     I - V T V^H by matrix products, and Q is never formed. Differentiable in A,
     tau and C."""
     if not _dispatch.has_kernels(A, tau, C):
-        return torch.ormqr(A, tau, C, left, transpose, out=out)
+        return _dispatch.TORCH.ormqr(A, tau, C, left, transpose, out=out)
     _checks.out_without_grad("ormqr", out, A, tau, C)
-    torch.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
+    _dispatch.TORCH.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
     if out is not None and out.dtype != A.dtype:  # torch's message, its missing space included
         raise RuntimeError(
             f"torch.ormqr: Expected input and result to have the same dtype, but input has dtype"
@@ -451,8 +451,8 @@ def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):
     min(m, n)), 'complete' (Q m x m, R m x n) or 'r' (R only, Q empty).
     Differentiable as torch's: 'reduced', and 'complete' when m <= n."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.qr(A, mode=mode, out=out)
+        return _dispatch.TORCH.qr(A, mode=mode, out=out)
     _checks.out_without_grad("linalg_qr", out, A)
-    torch.linalg.qr(A.to("meta"), mode=mode)  # torch's errors for the mode, shapes and dtypes
+    _dispatch.TORCH.qr(A.to("meta"), mode=mode)  # torch's errors for the mode, shapes and dtypes
     Q, R = _dispatch.call(torch.ops.mpslinalg.qr, _qr_body, A, mode, function=_Qr)
     return torch.return_types.linalg_qr(_checks.into_each(out, (Q, R)))

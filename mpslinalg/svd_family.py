@@ -300,10 +300,10 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
     unique up to a sign (a phase for complex) per singular value; gradients as
     torch's, which fail for losses that depend on that phase."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.svd(A, full_matrices=full_matrices, driver=driver, out=out)
+        return _dispatch.TORCH.svd(A, full_matrices=full_matrices, driver=driver, out=out)
     _checks.out_without_grad("_linalg_svd", out, A)
     if A.dim() < 2:  # torch's error; dtypes with kernels and any shape of >= 2 dims have none
-        torch.linalg.svd(A.to("meta"), full_matrices=full_matrices)
+        _dispatch.TORCH.svd(A.to("meta"), full_matrices=full_matrices)
     _check_driver(A, driver)
     U, S, Vh = _svd(A, full_matrices)
     return torch.return_types.linalg_svd(_checks.into_each(out, (U, S, Vh)))
@@ -312,10 +312,10 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
 def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
     """The singular values of A, descending, like ``torch.linalg.svdvals``."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.svdvals(A, driver=driver, out=out)
+        return _dispatch.TORCH.svdvals(A, driver=driver, out=out)
     _checks.out_without_grad("_linalg_svd", out, A)
     if A.dim() < 2:
-        torch.linalg.svdvals(A.to("meta"))
+        _dispatch.TORCH.svdvals(A.to("meta"))
     _check_driver(A, driver)
     return _checks.into(out, _svd(A, False)[1])
 
@@ -408,9 +408,9 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
     batch). ``hermitian=True`` reads only A's lower triangle, as torch does.
     Differentiable by torch's formula where the rank does not change."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+        return _dispatch.TORCH.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
     _checks.out_without_grad("linalg_pinv", out, A)
-    torch.linalg.pinv(A.to("meta"), hermitian=hermitian)
+    _dispatch.TORCH.pinv(A.to("meta"), hermitian=hermitian)
     if hermitian:  # the values of the lower triangle; torch's gradient, which takes A whole
         A = A + (_hermitian_from_lower(A) - A).detach()
     X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A), function=_Pinv)
@@ -421,8 +421,8 @@ def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = Fals
     """The number of singular values above max(atol, rtol * S_max), like
     ``torch.linalg.matrix_rank`` (int64, A's batch shape)."""
     if not _dispatch.has_kernels(A):
-        return torch.linalg.matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
-    torch.linalg.matrix_rank(A.to("meta"), hermitian=hermitian)
+        return _dispatch.TORCH.matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+    _dispatch.TORCH.matrix_rank(A.to("meta"), hermitian=hermitian)
     if hermitian:
         A = _hermitian_from_lower(A)
     m, n = A.shape[-2:]
@@ -446,7 +446,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     so rank-deficient systems get the minimum-norm solution whatever the driver.
     Differentiable by torch's formula (through the pseudoinverse)."""
     if not _dispatch.has_kernels(A, B):
-        return torch.linalg.lstsq(A, B, rcond=rcond, driver=driver)
+        return _dispatch.TORCH.lstsq(A, B, rcond=rcond, driver=driver)
     _check_lstsq(A, B, driver)
     driver = driver or ("gelsy" if A.device.type == "cpu" else "gels")
     vector = B.dim() == A.dim() - 1

@@ -388,10 +388,10 @@ def solve_triangular(
     Differentiable in A and B, in reverse and forward mode.
     """
     if _dispatch.kernel_runtime(A) is None:
-        return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
+        return _dispatch.TORCH.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
     _check_solve(A, B, left)
     if not _dispatch.has_kernels(A, B):
-        return torch.linalg.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
+        return _dispatch.TORCH.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
     _checks.out_without_grad("linalg_solve_triangular", out, A, B)
     return _checks.into(out, _solve(A, B, upper, left, unitriangular))
 
@@ -580,5 +580,5 @@ def _solve_tril_reference(A: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     for first, rows in table.tolist():
         block = flat[first : first + rows].transpose(0, 1)[..., :rows]  # heads x rows x rows
         L = eye[:rows, :rows] + block.tril(-1)
-        out[first : first + rows, :, :rows] = torch.linalg.solve_triangular(L, eye[:rows, :rows].expand_as(L), upper=False, unitriangular=True).transpose(0, 1)
+        out[first : first + rows, :, :rows] = _dispatch.TORCH.solve_triangular(L, eye[:rows, :rows].expand_as(L), upper=False, unitriangular=True).transpose(0, 1)
     return out.reshape(A.shape)
