@@ -467,9 +467,10 @@ METAL_FUNC scaled_norm<typename scalar_traits<T>::real> tail_norm(const device T
                                                                   threadgroup typename scalar_traits<T>::real* sums,
                                                                   thread_position pos) {
   typedef typename scalar_traits<T>::real R;
-  // Squares of subnormals err by at most 2^-149 each; above this floor, m of
-  // them stay below eps relative to the sum for any m < 2^24.
-  if (ssq >= R(9.86076132e-32f) && ssq <= R(3.40282347e+38f)) {
+  // A square below 2^-126 errs by at most 2^-149, or is lost whole (less than
+  // 2^-126) where subnormals flush to zero, as on Apple GPUs; above this floor,
+  // 2^-78, m of them stay below eps relative to the sum for any m < 2^24.
+  if (ssq >= R(3.30872245e-24f) && ssq <= R(3.40282347e+38f)) {
     return {R(1), sqrt(ssq)};
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);  // every thread has read sums for ssq

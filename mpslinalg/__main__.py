@@ -24,13 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpslinalg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="which runtimes are usable here, and why not")
-    sub.add_parser("check", help="run every function on the best runtime against SciPy")
+    check = sub.add_parser("check", help="run every function on the best runtime against SciPy")
+    check.add_argument(
+        "--kernels", action="store_true",
+        help="compile every kernel instance the runtime can launch and run each against SciPy; a row per instance",
+    )
     args = parser.parse_args(argv)
     if args.command == "info":
         return info()
-    from mpslinalg.check import main as check
+    from mpslinalg import check as checks
 
-    return check()
+    return checks.main_kernels() if args.kernels else checks.main()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import types
 import warnings
@@ -17,7 +18,7 @@ import warnings
 import torch
 from torch.autograd import forward_ad
 
-from .runtimes import RUNTIMES, Runtime, Status
+from .runtimes import RUNTIMES, KernelUnavailable, Runtime, Status
 
 # torch's own implementations of the functions mpslinalg stands in for, bound once
 # from torch's C module: a user may put mpslinalg's functions in torch.linalg's place
@@ -25,7 +26,7 @@ from .runtimes import RUNTIMES, Runtime, Status
 # ``torch.linalg.qr`` up at call time would then call back into mpslinalg for ever.
 TORCH = types.SimpleNamespace(
     **{name.removeprefix("linalg_"): getattr(torch._C._linalg, name) for name in dir(torch._C._linalg) if name.startswith("linalg_")},
-    **{name: getattr(torch._C._VariableFunctions, name) for name in ("geqrf", "ormqr", "logdet")},
+    **{name: getattr(torch._C._VariableFunctions, name) for name in ("geqrf", "ormqr", "logdet", "lu_unpack")},
 )
 
 CPU_BACKENDS = ("torch", "opencl")
@@ -192,6 +193,49 @@ def _plain(args) -> bool:
         return False
     grad = torch.is_grad_enabled()
     return all(type(t) is torch.Tensor and not (grad and t.requires_grad) for t in tensors)
+
+
+def answered_by(reference):
+    """Decorates the body of every custom op that launches kernels: where a kernel it
+    needs cannot run on the device (KernelUnavailable: its compile failed, or its
+    threadgroup is larger than the pipeline allows; the runtime has warned once), the
+    op's outputs come from ``reference``, the same outputs by torch's own functions
+    (``TORCH``): on the tensors' device where torch has the op for it, else on a CPU
+    copy, moved back. Outputs are contiguous, as the ops' fake implementations say.
+
+    The fallback lives in the body, not in the public functions, so that compiled
+    graphs (which call the op) and eager calls (which call the body) take it alike."""
+
+    def decorate(body):
+        @functools.wraps(body)
+        def answered(*args):
+            try:
+                return body(*args)
+            except KernelUnavailable:
+                return _contiguous(_on_torch(reference, args))
+
+        return answered
+
+    return decorate
+
+
+def _on_torch(reference, args):
+    device = next(a.device for a in args if isinstance(a, torch.Tensor))
+    try:
+        return reference(*args)
+    except torch.linalg.LinAlgError:  # an error the op reports, as torch reports it
+        raise
+    except (NotImplementedError, RuntimeError, TypeError):  # torch lacks the op on the device
+        if device.type == "cpu":
+            raise
+    moved = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), reference(*moved))
+
+
+def _contiguous(result):
+    if isinstance(result, torch.Tensor):
+        return result.contiguous()
+    return tuple(t.contiguous() for t in result)
 
 
 def backends() -> dict[str, Status]:

@@ -3,21 +3,30 @@
 Each row runs one function on a fixed batch of matrices with a known condition
 number and prints LAPACK's scaled residual for it (see mpslinalg.testing), its
 threshold, pass/fail and the time of the call. Exit status 1 if any row fails.
+
+``check --kernels`` compiles every kernel instance the runtime can launch, then runs
+a battery of calls that launches each of them at least once, every call judged by
+its LAPACK ratio against SciPy, and prints a row per instance: its compile time,
+status (pass, FAIL: it did not compile or its pipeline is too small, a call that
+launched it failed, or no call launched it) and the error. Exit status 1 if any
+instance is not a pass. It is the command that proves the kernels on a Mac.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
-from dataclasses import dataclass, replace
-from typing import Callable
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
 import mpslinalg as LA
 
-from . import svd_family, testing
+from . import runtimes, svd_family, testing
 from ._dispatch import TORCH, backends, use_backend
 from .inverse import SMALL
 from .lu_family import SIZES as LU_SIZES
@@ -241,4 +250,204 @@ def main() -> int:
         )
     failed = sum(not row.passed for row in table)
     print(f"{len(table) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+# --- check --kernels: every instance compiled and run ---
+
+# A call of the battery: (function, what it is called on, the call, returning its ratio).
+Call = tuple[str, str, Callable[[], float]]
+
+
+@dataclass
+class KernelRow:
+    """One instance: its compile, and the battery's calls that launched it."""
+
+    instance: str
+    kernel: str
+    compile_seconds: float = 0.0
+    error: str = ""  # why it cannot run, or the first call that failed
+    calls: int = 0
+    worst: float = 0.0  # the largest ratio of those calls
+
+    @property
+    def status(self) -> str:
+        if self.error:
+            return "FAIL"
+        return "pass" if self.calls else "not run"
+
+
+def _square(rng, batch: tuple, n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    return testing.batch_of(batch, n, dtype, rng, cond=10.0).to(device)
+
+
+def _plu_ratio(A: torch.Tensor, P: torch.Tensor, L: torch.Tensor, U: torch.Tensor) -> float:
+    """sget01 on linalg.lu's factors: ||P L U - A||_1 / (n ||A||_1 eps)."""
+    a = testing.exact(A)
+    residual = testing.norm1(testing.exact(P) @ testing.exact(L) @ testing.exact(U) - a)
+    return testing.scaled_ratio(residual, max(a.shape[-1], 1) * testing.norm1(a) * testing.eps(A.dtype), A.dtype)
+
+
+def _square_calls(A: torch.Tensor, B: torch.Tensor) -> Iterator[Call]:
+    """Every function that takes square A (batch, n, n) and right-hand sides B (batch, n, k)."""
+    n = A.shape[-1]
+    shape = "x".join(map(str, A.shape))
+    tall = torch.cat((A, A), -2)
+    yield "inv_ex", shape, lambda: testing.inv_ratio(A, LA.inv_ex(A).inverse)
+    yield "det", shape, lambda: testing.det_ratio(A, LA.det(A))
+    yield "lu_factor_ex", shape, lambda: testing.lu_ratio(A, *LA.lu_factor_ex(A)[:2])
+    yield "lu_factor_ex", f"{shape} stacked twice", lambda: testing.lu_ratio(tall, *LA.lu_factor_ex(tall)[:2])
+    yield "lu", shape, lambda: _plu_ratio(A, *LA.lu(A))
+    yield "solve", f"{shape} {B.shape[-1]} rhs", lambda: testing.general_solve_ratio(A, LA.solve(A, B), B)
+    for upper in (False, True):
+        for unit in (False, True):
+            T = A.triu() if upper else A.tril()
+            for k in (1, 8, 16, 40):
+                rhs = torch.cat((B,) * 5, -1)[..., :k]
+                flags = f"{'upper' if upper else 'lower'}{' unit' if unit else ''}"
+                yield "solve_triangular", f"{shape} {k} rhs {flags}", lambda T=T, rhs=rhs, upper=upper, unit=unit: (
+                    testing.solve_ratio(T, LA.solve_triangular(T, rhs, upper=upper, unitriangular=unit), rhs, upper, True, unit)
+                )
+    yield "tril_inverse", shape, lambda: testing.inv_ratio(A.tril(), LA.tril_inverse(A.tril()))
+    yield "qr", shape, lambda: max(testing.qr_ratios(A, *LA.qr(A)))
+    yield "qr", f"{shape} stacked twice, complete", lambda: max(testing.qr_ratios(tall, *LA.qr(tall, mode="complete")))
+    yield "svd", shape, lambda: max(testing.svd_ratios(A, *LA.svd(A)))
+    yield "svd", f"{shape} stacked twice, full", lambda: max(testing.svd_ratios(tall, *LA.svd(tall, full_matrices=True)))
+    if n:
+        yield "ormqr", f"{shape} {B.shape[-1]} rhs", lambda: _ormqr_ratio(A, B)
+
+
+def _ormqr_ratio(A: torch.Tensor, C: torch.Tensor) -> float:
+    """sqrt03: ||Q^H C - ormqr(C)||_1 / (m ||C||_1 eps), Q from householder_product."""
+    packed, tau = LA.geqrf(A)
+    q, c = testing.exact(LA.householder_product(packed, tau)), testing.exact(C)
+    x = testing.exact(LA.ormqr(packed, tau, C, True, True))
+    residual = testing.norm1(np.conj(np.swapaxes(q, -1, -2)) @ c - x)
+    return testing.scaled_ratio(residual, A.shape[-2] * testing.norm1(c) * testing.eps(A.dtype), A.dtype)
+
+
+def _panel_calls(A: torch.Tensor) -> Iterator[Call]:
+    """The blocked factorizations of a tall (m, 40) panel."""
+    shape = "x".join(map(str, A.shape))
+    yield "lu_factor_ex", shape, lambda: testing.lu_ratio(A, *LA.lu_factor_ex(A)[:2])
+    yield "qr", shape, lambda: max(testing.qr_ratios(A, *LA.qr(A)))
+
+
+# Orders that reach every instance: the fused n <= 4 kernels, every small kernel's size
+# with a tail (5, 17, 33), the blocked paths (65, 130).
+KERNEL_SIZES = (1, 2, 3, 4, 5, 8, 12, 16, 17, 32, 33, 64, 65, 130)
+PANEL_ROWS = (300, 600, 1100, 2100, 4200)  # the LU and QR panels' shapes, by height
+
+
+def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
+    """Calls on ``device`` that launch every instance of ``dtype``'s kernels, each judged by
+    its LAPACK ratio (the int32 permutation kernel comes with ``lu``). The smaller
+    instances that a device whose pipelines allow fewer threads takes (``thread_limit``)
+    are launched by repeating the calls that choose among them under the limit."""
+    rng = np.random.default_rng(2024)
+    for n in KERNEL_SIZES:
+        A = _square(rng, (3,), n, dtype, device)
+        yield from _square_calls(A, _normal(rng, (3, n, 8), dtype).to(device))
+    tiny = _square(rng, (1000,), 3, dtype, device)  # many threadgroups, the last part-full
+    yield "svd", "1000x3x3", lambda: max(testing.svd_ratios(tiny, *LA.svd(tiny)))
+    many = _square(rng, (16,), 100, dtype, device)  # the blocked LU in row-major order
+    yield "lu_factor_ex", "16x100x100", lambda: testing.lu_ratio(many, *LA.lu_factor_ex(many)[:2])
+    for m in PANEL_ROWS:  # with 1024 threads where they fit, and as where only 256 do
+        A = _normal(rng, (1, m, 40), dtype).to(device)
+        yield from _panel_calls(A)
+        yield from _limited(256, _panel_calls(A))
+    A = _square(rng, (1,), 130, dtype, device)  # svd_jacobi's 512 threads, where 1024 do not fit
+    yield from _limited(512, [("svd", "1x130x130", lambda: max(testing.svd_ratios(A, *LA.svd(A))))])
+    if not dtype.is_complex:
+        for chunk in (16, 32, 64):
+            A = torch.from_numpy(rng.standard_normal((2, 3 * chunk, 2, chunk)) * 0.1).to(dtype).to(device)
+            yield "solve_tril", f"2x{3 * chunk}x2x{chunk}", lambda A=A: _solve_tril_ratio(A)
+
+
+def _limited(threads: int, calls) -> Iterator[Call]:
+    """``calls`` with routes chosen as where pipelines allow at most ``threads`` threads."""
+    for function, shape, call in calls:
+
+        def limited(call=call):
+            with runtimes.thread_limit(threads):
+                return call()
+
+        yield function, f"{shape} (at most {threads} threads)", limited
+
+
+def _solve_tril_ratio(A: torch.Tensor) -> float:
+    """(I + A)^-1 per chunk against float64, in units of BT eps max |reference|."""
+    batch, T, heads, chunk = A.shape
+    blocks = A.view(batch, T // chunk, chunk, heads, chunk).permute(0, 1, 3, 2, 4).double().cpu().tril(-1)
+    reference = TORCH.inv(torch.eye(chunk, dtype=torch.float64) + blocks)
+    got = LA.solve_tril(A, output_dtype=A.dtype).cpu().double().view(batch, T // chunk, chunk, heads, chunk).permute(0, 1, 3, 2, 4)
+    return (got - reference).abs().max().item() / (chunk * testing.eps(A.dtype) * reference.abs().max().item())
+
+
+def check_kernels(runtime: runtimes.Runtime, device: torch.device, dtypes, progress=sys.stderr) -> list[KernelRow]:
+    """Every instance of ``dtypes`` that ``runtime`` can launch: compiled (and timed), then
+    run by the battery; a row each."""
+    rows = {i.host_name: KernelRow(i.host_name, i.kernel.function) for i in runtime.instances() if i.scalar.dtype in dtypes or i.scalar.dtype == torch.int32}
+    instances = [i for i in runtime.instances() if i.host_name in rows]
+    for count, instance in enumerate(instances, 1):
+        row = rows[instance.host_name]
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", runtimes.FallbackWarning)  # the row says it
+            try:
+                runtime.compiled(instance, device)
+            except runtimes.KernelUnavailable as unavailable:
+                row.error = str(unavailable).split(": ", 1)[-1]
+        row.compile_seconds = time.perf_counter() - start
+        print(f"\rcompiled {count}/{len(instances)} {instance.host_name:<60}", end="", file=progress, flush=True)
+    print(file=progress)
+    launched: set[str] = set()
+    real_launch = runtime.launch
+
+    def recording(instance, *args):
+        real_launch(instance, *args)
+        launched.add(instance.host_name)
+
+    runtime.launch = recording
+    try:
+        for dtype in dtypes:
+            for function, shape, call in kernel_battery(device, dtype):
+                launched.clear()
+                name = f"{function} {str(dtype).removeprefix('torch.')} {shape}"
+                print(f"\rrunning {name:<70}", end="", file=progress, flush=True)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", runtimes.FallbackWarning)
+                    try:
+                        ratio, failure = call(), ""
+                    except Exception as error:  # a failing call fails every instance it launched
+                        ratio, failure = float("nan"), f"{name}: {type(error).__name__}: {error}"
+                if not failure and not ratio < testing.THRESHOLD:
+                    failure = f"{name}: ratio {ratio:.3g}"
+                for host_name in launched:
+                    row = rows[host_name]
+                    row.calls += 1
+                    row.worst = max(row.worst, ratio) if ratio == ratio else ratio
+                    row.error = row.error or failure
+    finally:
+        del runtime.launch  # the class's own again
+    print(file=progress)
+    return list(rows.values())
+
+
+def main_kernels() -> int:
+    name, device, selected = best_runtime()
+    if name.startswith("torch.linalg"):
+        print(f"mpslinalg {LA.__version__}: no kernel runtime is usable here: {backends()}")
+        return 1
+    runtime = runtimes.for_device(device)
+    print(f"mpslinalg {LA.__version__} kernel check on {name} ({device}), torch {torch.__version__}, "
+          f"{len(runtime.instances())} instances", flush=True)
+    with selected:
+        table = check_kernels(runtime, device, runtime.dtypes)
+    print(f"{'kernel':<24} {'instance':<44} {'compile ms':>10} {'status':>7} {'calls':>5} {'worst ratio':>11}  error")
+    for row in table:
+        print(f"{row.kernel:<24} {row.instance:<44} {row.compile_seconds * 1e3:>10.1f} {row.status:>7} {row.calls:>5} "
+              f"{row.worst:>11.3g}  {row.error}")
+    failed = sum(row.status != "pass" for row in table)
+    print(f"{len(table) - failed} of {len(table)} instances passed" + (f", {failed} did not" if failed else ""))
     return 1 if failed else 0

@@ -49,6 +49,14 @@ DET_SMALL = Kernel(
 
 # --- custom ops: the kernels and their fake (meta) implementations ---
 
+def _inv_ex_by_torch(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
+    inverse, info = _dispatch.TORCH.inv_ex(A)
+    if check_errors:
+        _checks.raise_if_singular(check_errors, info, batched=A.dim() > 2)
+    return inverse, info
+
+
+@_dispatch.answered_by(_inv_ex_by_torch)
 def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info); if ``check_errors`` names an API, raise its error for singular input.
 
@@ -80,6 +88,7 @@ def _(A, check_errors):
     return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty(A.shape[:-2], dtype=torch.int32)
 
 
+@_dispatch.answered_by(lambda A: _dispatch.TORCH.det(A))
 def _det_small_body(A: torch.Tensor) -> torch.Tensor:
     a = _checks.resolved(A)
     n = a.shape[-1]

@@ -145,6 +145,14 @@ def _small_size(m: int, n: int, dtype: torch.dtype) -> int:
 # --- the factorization ---
 
 
+def _lu_factor_by_torch(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    LU, pivots, info = _dispatch.TORCH.lu_factor_ex(A, pivot=pivot)
+    if check_errors:
+        _ERRORS[check_errors](check_errors, info)
+    return LU, pivots, info
+
+
+@_dispatch.answered_by(_lu_factor_by_torch)
 def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(LU, pivots, info) of A (*, m, n), as torch.linalg.lu_factor_ex; if ``check_errors``
     names an API, raise its error for a zero pivot. The check lives inside the op, so
@@ -237,6 +245,14 @@ def _factor_blocked(lu: torch.Tensor, pivots: torch.Tensor, info: torch.Tensor, 
         lu.copy_(work)
 
 
+def _permutation_by_torch(pivots: torch.Tensor, m: int) -> torch.Tensor:
+    # A = P L U, so row i of P^T A is the row r of A with P[r, i] = 1.
+    shape = (*pivots.shape[:-1], m, pivots.shape[-1])
+    P = _dispatch.TORCH.lu_unpack(pivots.new_zeros(shape, dtype=torch.float32), pivots, unpack_data=False).P
+    return P.argmax(dim=-2)
+
+
+@_dispatch.answered_by(_permutation_by_torch)
 def _permutation_body(pivots: torch.Tensor, m: int) -> torch.Tensor:
     *batch, k = pivots.shape
     flat = pivots.reshape(pivots.shape[:-1].numel(), k).contiguous()

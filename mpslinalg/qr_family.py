@@ -98,6 +98,7 @@ def small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
 # --- custom ops: the kernels and their fake implementations ---
 
 
+@_dispatch.answered_by(lambda A: _dispatch.TORCH.geqrf(A))
 def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a = _checks.resolved(A)
     *batch, m, n = a.shape
@@ -178,6 +179,7 @@ def _(info, in_dims, A):
     return torch.ops.mpslinalg.geqrf(_leading(info, A, in_dims[0])), (0, 0)
 
 
+@_dispatch.answered_by(lambda A, tau: _dispatch.TORCH.householder_product(A, tau))
 def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     a, t = _checks.resolved(A), _checks.resolved(tau)
     *batch, m, n = a.shape
@@ -260,6 +262,7 @@ _Householder = _dispatch.with_transposed_jvp(
 )
 
 
+@_dispatch.answered_by(lambda A, mode: _dispatch.TORCH.qr(A, mode=mode))
 def _qr_body(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(Q, R) of A as torch.linalg.qr(A, mode): geqrf, then Q from its reflectors."""
     m, n = A.shape[-2:]

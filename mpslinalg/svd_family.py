@@ -30,7 +30,7 @@ import torch
 
 from . import _checks, _dispatch, qr_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import groups_for, launch, pieces
+from .runtimes import fits, groups_for, launch, pieces
 
 TINY_SIZES = (1, 2, 3)
 TINY_GROUP = 64  # matrices per threadgroup
@@ -70,15 +70,18 @@ SVD_JACOBI = Kernel(
     group_size=lambda GROUP: GROUP,
     template=lambda GROUP: (GROUP,),
     shared=lambda GROUP: [Shared("flags", "int", 1), Shared("partial", "R", GROUP // 32)],
-    # 512 threads serve n <= 32, which svd_pairs takes unless complex n > 16.
-    where=lambda dtype, GROUP: GROUP > 512 or dtype.is_complex,
 )
 
 
-def _jacobi_group(n: int) -> int:
-    """Threads for n columns: a SIMD group for each of up to n / 2 pairs a round."""
+def _jacobi_group(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Threads for n columns: a SIMD group for each of up to n / 2 pairs a round, or
+    fewer where the pipeline allows no more (a Metal pipeline's limit falls with the
+    registers its kernel uses): the SIMD groups then take the pairs in turns."""
     pairs = (n + 1) // 2
-    return next((g for g in JACOBI_GROUPS if pairs <= g // 32), JACOBI_GROUPS[-1])
+    wanted = next((g for g in JACOBI_GROUPS if pairs <= g // 32), JACOBI_GROUPS[-1])
+    candidates = [g for g in reversed(JACOBI_GROUPS) if g <= wanted]
+    # None fitting, the launch raises KernelUnavailable and the op is answered by torch.
+    return next((g for g in candidates if fits(SVD_JACOBI, dtype, device, GROUP=g)), wanted)
 
 
 def _pair_size(n: int, dtype: torch.dtype) -> int:
@@ -116,7 +119,7 @@ def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     norms = torch.empty_like(s)
     for start, stop in pieces(count):
         launch(SVD_JACOBI, stop - start, a[start:stop], v[start:stop], norms[start:stop], u[start:stop],
-               s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n))
+               s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n, X.dtype, X.device))
     return u.mT, s, w
 
 
@@ -127,6 +130,7 @@ def _power_of_two(e: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, to
     return torch.exp2(half.to(dtype)), torch.exp2((e - half).to(dtype))
 
 
+@_dispatch.answered_by(lambda A, full_matrices: _dispatch.TORCH.svd(A, full_matrices=full_matrices))
 def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     *batch, m, n = A.shape
     k = min(m, n)

@@ -223,6 +223,9 @@ def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) ->
     return X
 
 
+@_dispatch.answered_by(
+    lambda A, B, upper, left, unit: _dispatch.TORCH.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit)
+)
 def _solve_triangular_body(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool, unitriangular: bool) -> torch.Tensor:
     """X with op(A) X = B (left) or X op(A) = B, batch dims already broadcast between A and B
     except that A may have a single batch element."""
@@ -417,6 +420,12 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
     return _dispatch.call(torch.ops.mpslinalg.tril_inverse, _tril_inverse_body, A, unitriangular)
 
 
+def _tril_inverse_by_torch(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device).expand_as(A)
+    return _dispatch.TORCH.solve_triangular(A, eye, upper=False, unitriangular=unitriangular)
+
+
+@_dispatch.answered_by(_tril_inverse_by_torch)
 def _tril_inverse_body(A: torch.Tensor, unitriangular: bool) -> torch.Tensor:
     a = _checks.resolved(A)
     if a.numel() == 0:
@@ -512,6 +521,12 @@ def solve_tril(
     return _dispatch.call(torch.ops.mpslinalg.solve_tril, _solve_tril_body, A.to(compute), table).to(output_dtype)
 
 
+def _solve_tril_by_torch(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+    batch, T, _, size = A.shape
+    return _solve_tril_reference(A, chunks if chunks.numel() else _chunk_table(T, batch, size, None, A.device))
+
+
+@_dispatch.answered_by(_solve_tril_by_torch)
 def _solve_tril_body(A: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
     """(I + A)^-1 per chunk of ``chunks`` (first row, rows), or, if it is empty, of the
     chunks of BT rows of each of A's B sequences of T rows."""

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mpslinalg as LA
-from conftest import on, supported
+from conftest import keeps_subnormals, on, supported
 from mpslinalg import lu_family as family
 from mpslinalg.testing import (
     LARGE, SMALL, THRESHOLD, batch_of, det_ratio, exact, general_solve_ratio, inv_ratio, latms, lu_ratio,
@@ -251,6 +251,7 @@ def test_det_slogdet_logdet(device, n, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
 def test_slogdet_of_subnormal_matrices(device, dtype):
     # A complex quotient by a subnormal |u_ii| once gave a NaN sign (found by tests/test_fuzz.py).
+    keeps_subnormals(device)
     A = torch.diag_embed(torch.tensor([[3e-40, 5e-41, 2e-39]], dtype=torch.float32)).to(dtype)
     if dtype.is_complex:
         A = A * torch.tensor(0.6 + 0.8j, dtype=dtype)
@@ -289,6 +290,7 @@ def test_subnormal_pivot_divides(device, n, dtype):
     # LAPACK multiplies by the reciprocal here and returns inf). The subnormal
     # column is made from bit patterns and its float64 reference from integers,
     # so that no arithmetic on the host (which may flush subnormals) touches it.
+    keeps_subnormals(device)
     A = gaussian((2, n, n), dtype)
     # At most 2^-129, so that 1 / pivot overflows float32.
     mantissas = torch.randint(1, 2**20, (2, n), dtype=torch.int32, generator=torch.Generator().manual_seed(n))

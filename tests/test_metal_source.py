@@ -6,6 +6,7 @@ import os
 import pytest
 
 import mpslinalg  # noqa: F401  (declares every kernel)
+from mpslinalg._kernel import KERNELS, metal_file
 from mpslinalg.runtimes import RUNTIMES
 
 try:
@@ -138,3 +139,36 @@ def test_what_msl_allows_is_accepted():
     )
     source = entry(body).replace("\n[[kernel]] void planted", "\n" + helpers + "[[kernel]] void planted")
     assert metal_errors(source, {"planted", INSTANCES[0].host_name}) == []
+
+
+@pytest.mark.parametrize("instance", INSTANCES, ids=lambda i: i.host_name)
+def test_instance_within_metal_limits(instance):
+    """What the parse cannot see: at most 31 buffer arguments, 32 KiB of threadgroup
+    memory, 1024 threads a threadgroup (a pipeline may allow fewer: runtimes.fits and
+    the fallback handle that at run time) in whole SIMD groups of 32, but for kernels
+    that call no SIMD-group function."""
+    assert len(instance.kernel.args) <= 31
+    values = dict(instance.values)
+    assert instance.kernel.shared_bytes(instance.scalar.dtype, **values) <= 32 * 1024
+    assert instance.group_size <= 1024
+    assert instance.group_size % 32 == 0 or instance.kernel.function in WITHOUT_SIMD_FUNCTIONS
+
+
+# Kernels whose threadgroup may be a part of a SIMD group (trsm_rows: a thread a row of
+# 16): their bodies call no simd_* function, which the test below checks.
+WITHOUT_SIMD_FUNCTIONS = {"trsm_rows"}
+
+
+@pytest.mark.parametrize("function", sorted(WITHOUT_SIMD_FUNCTIONS))
+def test_kernels_of_part_simd_groups_call_no_simd_function(function):
+    import re
+
+    source = metal_file(next(k.source for k in KERNELS if k.function == function))
+    body = source[source.index(f"METAL_FUNC void {function}("):]
+    body = body[: body.index("\n}\n") + 3]
+    called = set(re.findall(r"\b(\w+)(?:<[^>]*>)?\(", body))
+    assert not any(name.startswith("simd") for name in called), called
+    # Helpers it calls must not either: none of them may use a SIMD-group function.
+    for name in called:
+        helper = re.search(rf"METAL_FUNC \w[\w<>, ]* {name}\((.|\n)*?\n}}\n", source)
+        assert helper is None or "simd_" not in helper.group(0), name

@@ -4,12 +4,22 @@ Each runtime generates its own entry point for a kernel :class:`~mpslinalg._kern
 compiles it once per process per (instance, device), caches it, and launches it
 without synchronising with the host (the CPU OpenCL runtime, which exists for
 tests, copies its buffers synchronously).
+
+An instance that cannot run on a device (its compile failed, or its threadgroup is
+larger than the compiled pipeline allows, as a Metal pipeline's limit falls with the
+registers its kernel uses) is recorded as unusable there with a one-time
+:class:`FallbackWarning`: :func:`fits` is then False for it, so that routes choose a
+smaller instance, and launching it raises :class:`KernelUnavailable`, which the custom
+op's body that launched it answers with torch (``_dispatch.answered_by``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,6 +35,21 @@ class Status:
 
     def __str__(self) -> str:
         return "usable" if self.usable else f"not usable: {self.reason}"
+
+
+class KernelUnavailable(RuntimeError):
+    """A kernel instance that cannot run on a device: its compile failed, or its
+    threadgroup is larger than the pipeline allows."""
+
+
+class FallbackWarning(RuntimeWarning):
+    """A kernel instance cannot run here; the calls that need it take another route
+    (a smaller instance, or torch.linalg) with the same results."""
+
+
+@dataclass(frozen=True)
+class _Unusable:
+    reason: str
 
 
 class Runtime:
@@ -84,17 +109,52 @@ class Runtime:
         return program(self.prelude, instance, self.entry_point(instance))
 
     def compiled(self, instance: Instance, device: torch.device):
-        """The compiled entry point of ``instance`` on ``device``, built on first use."""
+        """The compiled entry point of ``instance`` on ``device``, built and checked on
+        first use; KernelUnavailable if it cannot run there."""
         key = (instance, device)
         found = self._compiled.get(key)  # a dict read needs no lock; building one does
         if found is None:
             with self._lock:
                 if key not in self._compiled:
-                    self._compiled[key] = self._compile(instance, device)
+                    self._compiled[key] = self._build(instance, device)
                 found = self._compiled[key]
+        if isinstance(found, _Unusable):
+            raise KernelUnavailable(f"the {self.name} kernel {instance.host_name} cannot run on {device}: {found.reason}")
         return found
 
+    def usable(self, instance: Instance, device: torch.device) -> bool:
+        """Whether ``instance`` compiles on ``device`` and its threadgroup fits the pipeline."""
+        try:
+            self.compiled(instance, device)
+        except KernelUnavailable:
+            return False
+        return True
+
+    def _build(self, instance: Instance, device: torch.device):
+        try:
+            function = self._compile(instance, device)
+        except Exception as error:  # Metal's SyntaxError, NVRTC's or OpenCL's build error, ...
+            lines = str(error).strip().splitlines()
+            reason = f"{type(error).__name__} while compiling" + (f": {lines[0]}" if lines else "")
+        else:
+            limit = self._group_limit(function, device)
+            if instance.group_size <= limit:
+                return function
+            reason = f"it needs {instance.group_size} threads per threadgroup; this device's pipeline for it allows {limit}"
+        warnings.warn(
+            f"mpslinalg: the {self.name} kernel {instance.host_name} cannot run on {device} ({reason}); "
+            "the calls that need it take another route (a smaller instance, or torch.linalg) with the same results",
+            FallbackWarning,
+            stacklevel=2,
+        )
+        return _Unusable(reason)
+
     def _compile(self, instance: Instance, device: torch.device):
+        raise NotImplementedError
+
+    def _group_limit(self, function, device: torch.device) -> int:
+        """The most threads a threadgroup of the compiled ``function`` may have here (0:
+        it cannot run here at all)."""
         raise NotImplementedError
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
@@ -105,18 +165,29 @@ class Runtime:
         kernels on indices only (no T buffer), whose one type every runtime has."""
         return [i for k in KERNELS for i in k.all_instances() if i.scalar.dtype in self.dtypes or not _has_scalar_buffer(k)]
 
-    def max_group_size(self, instance: Instance, device: torch.device) -> int:
-        """The most threads a threadgroup of the compiled ``instance`` may have here
-        (a Metal pipeline's limit falls with the registers the kernel uses)."""
-        raise NotImplementedError
 
 
 def fits(kernel: Kernel, dtype: torch.dtype, device: torch.device, **values: int) -> bool:
     """Whether the instance of ``kernel`` for ``dtype`` and ``values`` can be launched
-    with its threadgroup size on ``device``'s runtime (compiling it if need be)."""
-    runtime = for_device(device)
+    on ``device``'s runtime: it compiles, and its threadgroup fits the pipeline
+    (compiling it if need be) and ``thread_limit``."""
     instance = kernel.instance(dtype, **values)
-    return instance.group_size <= runtime.max_group_size(instance, device)
+    return instance.group_size <= _thread_limit.get() and for_device(device).usable(instance, device)
+
+
+_thread_limit: contextvars.ContextVar[int] = contextvars.ContextVar("mpslinalg_thread_limit", default=1 << 30)
+
+
+@contextlib.contextmanager
+def thread_limit(threads: int):
+    """Inside the block, routes choose instances as on a device whose pipelines allow at
+    most ``threads`` threads a threadgroup (:func:`fits` is False above it), so that the
+    smaller instances such a device takes run here too (``check --kernels``, tests)."""
+    token = _thread_limit.set(threads)
+    try:
+        yield
+    finally:
+        _thread_limit.reset(token)
 
 
 def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:

@@ -59,9 +59,9 @@ class CudaRuntime(Runtime):
             module.load(_ptx(self.source(instance), instance.host_name, torch.cuda.get_device_capability(device)))
             return module.get_function(instance.host_name)
 
-    def max_group_size(self, instance: Instance, device: torch.device) -> int:
+    def _group_limit(self, function, device: torch.device) -> int:
         # __launch_bounds__(group size) makes ptxas fit the registers to it.
-        return instance.group_size
+        return int(function.max_threads_per_block)
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         cupy = _cupy()

@@ -13,6 +13,7 @@ declared with static sizes inside the kernel.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from typing import Sequence
@@ -22,6 +23,24 @@ import torch
 from .._kernel import Buffer, Instance, Scalar
 from . import Runtime, Status
 
+
+
+# torch compiles every shader with fast math where this is set (read once a process):
+# Apple's compiler may then assume that no value is NaN or infinite, and fold away the
+# tests by which the kernels report singular, rank-deficient and non-finite input.
+FAST_MATH = "PYTORCH_MPS_FAST_MATH"
+FAST_MATH_REASON = (
+    f"{FAST_MATH} is set: Apple's compiler may then assume no NaN or Inf, which the kernels' "
+    f"handling of singular and non-finite input relies on; unset it to use them"
+)
+
+
+def fast_math() -> bool:
+    """Whether torch compiles Metal shaders with fast math (PYTORCH_MPS_FAST_MATH, not 0)."""
+    return os.environ.get(FAST_MATH, "0").strip() not in ("", "0")
+
+
+SIMD_WIDTH = 32
 
 
 class MetalRuntime(Runtime):
@@ -46,6 +65,8 @@ class MetalRuntime(Runtime):
             return Status(False, "no Apple GPU available to MPS")
         if not hasattr(torch.mps, "compile_shader"):
             return Status(False, f"torch {torch.__version__} has no torch.mps.compile_shader (needs 2.7)")
+        if fast_math():
+            return Status(False, FAST_MATH_REASON)
         return Status(True)
 
     shared_qualifier = "threadgroup"
@@ -60,7 +81,10 @@ class MetalRuntime(Runtime):
     )
 
     def kernel_prefix(self, instance: Instance) -> str:
-        return "[[kernel]] "
+        # The group size as the pipeline's maximum: Apple's compiler then fits the
+        # kernel's registers to it (spilling if need be) rather than report a lower
+        # limit, which would send the calls elsewhere (fits, the fallback).
+        return f"[[max_total_threads_per_threadgroup({instance.group_size})]] [[kernel]] "
 
     def buffer_param(self, index: int, buffer: Buffer, instance: Instance) -> str:
         const = "const " if buffer.const else ""
@@ -73,16 +97,15 @@ class MetalRuntime(Runtime):
         compile_shader = self._compile_shader or torch.mps.compile_shader
         return getattr(compile_shader(self.source(instance)), instance.host_name)
 
-    def max_group_size(self, instance: Instance, device: torch.device) -> int:
-        return int(self.compiled(instance, device).max_threads_per_threadgroup)
+    def _group_limit(self, function, device: torch.device) -> int:
+        # The kernels' SIMD groups are of 32 lanes, every Apple-silicon GPU's width: a
+        # pipeline of another width (an AMD or Intel Mac's) runs no instance.
+        if int(getattr(function, "thread_execution_width", SIMD_WIDTH)) != SIMD_WIDTH:
+            return 0
+        return int(function.max_threads_per_threadgroup)
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
-        function = self.compiled(instance, device)
+        function = self.compiled(instance, device)  # compiled, and its group within the pipeline's limit
         group_size = instance.group_size
-        if group_size > function.max_threads_per_threadgroup:
-            raise RuntimeError(
-                f"{instance.host_name} needs {group_size} threads per threadgroup; "
-                f"this GPU's pipeline for it allows {function.max_threads_per_threadgroup}"
-            )
         casts = {k: "int32" for k, a in enumerate(instance.kernel.args) if isinstance(a, Scalar)}
         function(*args, threads=groups * group_size, group_size=group_size, arg_casts=casts)

@@ -105,6 +105,7 @@ class OpenCLRuntime(Runtime):
     def _compile(self, instance: Instance, device: torch.device):
         import pyopencl as cl
 
+        self._require()  # fits() may be the first thing a runtime is asked
         with warnings.catch_warnings():
             # Intel's compiler reports success as non-empty output.
             warnings.simplefilter("ignore", cl.CompilerWarning)
@@ -116,11 +117,9 @@ class OpenCLRuntime(Runtime):
         if not status.usable:
             raise RuntimeError(f"the OpenCL runtime is {status}")
 
-    def max_group_size(self, instance: Instance, device: torch.device) -> int:
+    def _group_limit(self, function, device: torch.device) -> int:
         import pyopencl as cl
 
-        self._require()
-        function = self.compiled(instance, device)
         return int(function.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self._context.devices[0]))
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
