@@ -61,7 +61,8 @@ class Runtime:
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.complex64, torch.float64, torch.complex128)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a build may probe the runtime (OpenCL sets itself up on first use), which takes it too.
+        self._lock = threading.RLock()
         self._compiled: dict[tuple, object] = {}
         self._status: Status | None = None
 
