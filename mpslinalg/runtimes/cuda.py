@@ -21,6 +21,9 @@ from . import Runtime, Status
 OPTIONS = ("-std=c++17", "-default-device", "-ftz=false", "-prec-div=true", "-prec-sqrt=true")
 
 
+MAX_THREADS_PER_BLOCK = 0  # CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+
+
 def _cupy():
     import cupy
 
@@ -61,7 +64,9 @@ class CudaRuntime(Runtime):
 
     def _group_limit(self, function, device: torch.device) -> int:
         # __launch_bounds__(group size) makes ptxas fit the registers to it.
-        return int(function.max_threads_per_block)
+        driver = _cupy().cuda.driver
+        with _cupy().cuda.Device(device.index):
+            return int(driver.funcGetAttribute(MAX_THREADS_PER_BLOCK, function.ptr))
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
         cupy = _cupy()
