@@ -38,7 +38,7 @@ METAL_FUNC void trsm_small(const device T* a, const device T* b, device T* x, in
   for (int i = 0; i < n; ++i) {
     const int row = UPPER ? n - 1 - i : i;
     if (c < k) {
-      columns[i * (GROUP + 1) + pos.thread_index] = B[long(row) * k + c];
+      columns[i * (GROUP + 1) + pos.thread_index] = B[row * k + c];
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -57,7 +57,7 @@ METAL_FUNC void trsm_small(const device T* a, const device T* b, device T* x, in
     }
     for (int i = 0; i < n; ++i) {
       const int row = UPPER ? n - 1 - i : i;
-      X[long(row) * k + c] = column[i * (GROUP + 1)];
+      X[row * k + c] = column[i * (GROUP + 1)];
     }
   }
 }
@@ -88,7 +88,7 @@ METAL_FUNC void trsm_rows(const device T* a, const device T* b, device T* x, int
   for (int c = 0; c < KC; ++c) {
     own[c] = scalar_traits<T>::from_real(R(0));
     if (active && c0 + c < k) {
-      own[c] = B[long(row) * k + c0 + c];
+      own[c] = B[row * k + c0 + c];
     }
   }
   for (int j = 0; j < n; ++j) {
@@ -127,7 +127,7 @@ METAL_FUNC void trsm_rows(const device T* a, const device T* b, device T* x, int
     #pragma unroll
     for (int c = 0; c < KC; ++c) {
       if (c0 + c < k) {
-        X[long(row) * k + c0 + c] = own[c];
+        X[row * k + c0 + c] = own[c];
       }
     }
   }
@@ -371,7 +371,7 @@ METAL_FUNC void store_tile(device T* X, thread const T (&acc)[R][C], int r0, int
     #pragma unroll
     for (int q = 0; q < C; ++q) {
       if (i < n && c0 + q < width) {
-        X[long(upper ? n - 1 - i : i) * k + first + c0 + q] = acc[p][q];
+        X[(upper ? n - 1 - i : i) * k + first + c0 + q] = acc[p][q];
       }
     }
   }
@@ -421,7 +421,7 @@ METAL_FUNC void trsm_by_inverse(const device T* a, const device T* b, device T* 
       const int c = e % KC;
       T v = scalar_traits<T>::from_real(Real(0));
       if (i < n && c < width) {
-        v = B[long(upper ? n - 1 - i : i) * k + first + c];
+        v = B[(upper ? n - 1 - i : i) * k + first + c];
       }
       panel[e] = v;
     }

@@ -288,27 +288,36 @@ def _plu_ratio(A: torch.Tensor, P: torch.Tensor, L: torch.Tensor, U: torch.Tenso
     return testing.scaled_ratio(residual, max(a.shape[-1], 1) * testing.norm1(a) * testing.eps(A.dtype), A.dtype)
 
 
-def _square_calls(A: torch.Tensor, B: torch.Tensor) -> Iterator[Call]:
+def _triangles(rng, count: int, n: int, dtype: torch.dtype, upper: bool, unit: bool, device) -> torch.Tensor:
+    """Triangular matrices of condition number 10 (random ones are exponentially ill-conditioned)."""
+    shape = (count, n, n)
+    return torch.from_numpy(np.array([testing.triangle(n, 10.0, rng, dtype.is_complex, upper, unit) for _ in range(count)]).reshape(shape)).to(dtype).to(device)
+
+
+def _square_calls(rng, A: torch.Tensor, B: torch.Tensor) -> Iterator[Call]:
     """Every function that takes square A (batch, n, n) and right-hand sides B (batch, n, k)."""
-    n = A.shape[-1]
+    batch, n = A.shape[0], A.shape[-1]
     shape = "x".join(map(str, A.shape))
     tall = torch.cat((A, A), -2)
+    # Singular values 2 .. 1/2: det near 1 at every n, away from over- and underflow.
+    D = testing.batch_of((batch,), n, A.dtype, rng, cond=4, scale=2).to(A.device)
     yield "inv_ex", shape, lambda: testing.inv_ratio(A, LA.inv_ex(A).inverse)
-    yield "det", shape, lambda: testing.det_ratio(A, LA.det(A))
+    yield "det", shape, lambda: testing.det_ratio(D, LA.det(D))
     yield "lu_factor_ex", shape, lambda: testing.lu_ratio(A, *LA.lu_factor_ex(A)[:2])
     yield "lu_factor_ex", f"{shape} stacked twice", lambda: testing.lu_ratio(tall, *LA.lu_factor_ex(tall)[:2])
     yield "lu", shape, lambda: _plu_ratio(A, *LA.lu(A))
     yield "solve", f"{shape} {B.shape[-1]} rhs", lambda: testing.general_solve_ratio(A, LA.solve(A, B), B)
     for upper in (False, True):
         for unit in (False, True):
-            T = A.triu() if upper else A.tril()
+            T = _triangles(rng, batch, n, A.dtype, upper, unit, A.device)
             for k in (1, 8, 16, 40):
                 rhs = torch.cat((B,) * 5, -1)[..., :k]
                 flags = f"{'upper' if upper else 'lower'}{' unit' if unit else ''}"
                 yield "solve_triangular", f"{shape} {k} rhs {flags}", lambda T=T, rhs=rhs, upper=upper, unit=unit: (
                     testing.solve_ratio(T, LA.solve_triangular(T, rhs, upper=upper, unitriangular=unit), rhs, upper, True, unit)
                 )
-    yield "tril_inverse", shape, lambda: testing.inv_ratio(A.tril(), LA.tril_inverse(A.tril()))
+    L = _triangles(rng, batch, n, A.dtype, False, False, A.device)
+    yield "tril_inverse", shape, lambda: testing.inv_ratio(L, LA.tril_inverse(L))
     yield "qr", shape, lambda: max(testing.qr_ratios(A, *LA.qr(A)))
     yield "qr", f"{shape} stacked twice, complete", lambda: max(testing.qr_ratios(tall, *LA.qr(tall, mode="complete")))
     yield "svd", shape, lambda: max(testing.svd_ratios(A, *LA.svd(A)))
@@ -347,7 +356,7 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
     rng = np.random.default_rng(2024)
     for n in KERNEL_SIZES:
         A = _square(rng, (3,), n, dtype, device)
-        yield from _square_calls(A, _normal(rng, (3, n, 8), dtype).to(device))
+        yield from _square_calls(rng, A, _normal(rng, (3, n, 8), dtype).to(device))
     tiny = _square(rng, (1000,), 3, dtype, device)  # many threadgroups, the last part-full
     yield "svd", "1000x3x3", lambda: max(testing.svd_ratios(tiny, *LA.svd(tiny)))
     many = _square(rng, (16,), 100, dtype, device)  # the blocked LU in row-major order

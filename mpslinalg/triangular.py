@@ -138,12 +138,21 @@ def _size_for(n: int) -> int:
 # --- the solve, for left solves on contiguous (batch, n, n) A and (batch, n, k) B ---
 
 
+# The small kernels index within one system's n x k right-hand sides in 32-bit int
+# (64-bit products in their inner loops cost the H200 a fifth of its speed at n = 64):
+# wider systems go in pieces of columns.
+INDEX_LIMIT = 2**31
+
+
 def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
     """X with A X = B; A is (1 or batch, n, n), B (batch, n, k), both contiguous."""
     batch, n, k = B.shape
     X = torch.empty_like(B)
     if batch == 0 or n == 0 or k == 0:
         return X
+    if n <= SIZES[-1] and n * k >= INDEX_LIMIT:  # the kernels index a system's n x k in int
+        step = (INDEX_LIMIT - 1) // n
+        return torch.cat([_solve_left(A, B[..., c : c + step].contiguous(), upper, unit) for c in range(0, k, step)], -1)
     a_stride = 0 if A.shape[0] == 1 else n * n
     width = _panel_width(n, k) if n in SIZES else 0
     if k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, KC=width):

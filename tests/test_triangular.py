@@ -130,6 +130,16 @@ def test_fast_path_with_several_teams_per_system(device, n, k):
     assert solve_ratio(A, X, B, False, True, False) < THRESHOLD
 
 
+@pytest.mark.parametrize("n,k", [(16, 200), (5, 40), (64, 70)])
+def test_systems_wider_than_int_indices_go_in_pieces(device, monkeypatch, n, k):
+    """Systems of n k >= 2^31 elements are solved in pieces of columns (the kernels index
+    within a system in int); the limit is lowered so that small systems take the path."""
+    monkeypatch.setattr(family, "INDEX_LIMIT", 7 * n)  # pieces of 6 columns
+    A, B = system((2,), (2,), n, k, torch.float32, False, True, False)
+    X = LA.solve_triangular(A.to(device), B.to(device), upper=False)
+    assert solve_ratio(A, X, B, False, True, False) < THRESHOLD
+
+
 BAD = {
     "A vector": (torch.ones(3), torch.ones(3, 1)),
     "B vector": (torch.ones(3, 3), torch.ones(3)),
