@@ -70,6 +70,9 @@ def test_every_function_with_torch_linalg_patched(monkeypatch, name, route):
     if route == "meta":
         assert result.shape == expected_result.shape and result.dtype == expected_result.dtype
         return
-    torch.testing.assert_close(result, expected_result, rtol=0, atol=0)
+    # torch's CPU lstsq (gelsy) before pytorch/pytorch#187436 leaves its pivot array
+    # uninitialised: two calls may differ in the last bits (torch 2.7.1 does).
+    exact = {} if (name, route) == ("lstsq", "torch.linalg") else {"rtol": 0, "atol": 0}
+    torch.testing.assert_close(result, expected_result, **exact)
     if grad is not None or expected_grad is not None:
         torch.testing.assert_close(grad, expected_grad, rtol=0, atol=0)

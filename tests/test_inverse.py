@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import mpslinalg as LA
 from mpslinalg import inverse as family
 from mpslinalg import runtimes
-from conftest import on, supported
+from conftest import OLD_SINGULAR_PATTERNS, on, supported
 from mpslinalg.testing import LARGE, SMALL, THRESHOLD, batch_of, det_ratio, exact, inv_ratio
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
@@ -129,6 +129,8 @@ SINGULAR = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
 def test_singular_matches_torch(device, name, dtype):
     """info, the inf/NaN pattern of inv_ex and det equal torch.linalg's (LAPACK) on the CPU."""
+    if OLD_SINGULAR_PATTERNS and dtype == torch.float32 and name in ("zero", "zero first column"):
+        pytest.skip("this torch's inf/NaN pattern and info for exactly singular float32 input are older ones")
     A = torch.tensor(SINGULAR[name], dtype=dtype)
     ref = torch.linalg.inv_ex(A)
     X, info = LA.inv_ex(A.to(device))

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mpslinalg as LA
-from conftest import keeps_subnormals, on, supported
+from conftest import OLD_SINGULAR_PATTERNS, keeps_subnormals, on, supported
 from mpslinalg import lu_family as family
 from mpslinalg.testing import (
     LARGE, SMALL, THRESHOLD, batch_of, det_ratio, exact, general_solve_ratio, inv_ratio, latms, lu_ratio,
@@ -227,7 +227,9 @@ def test_singular_solves_and_inverses_as_torch(device, n):
         assert type(got.value) is type(expected.value) and str(got.value) == str(expected.value)
     X, info = LA.solve_ex(A.to(device), B.to(device))
     Xt, info_t = torch.linalg.solve_ex(A, B)
-    assert torch.equal(info.cpu(), info_t) and torch.equal(X.cpu().isfinite(), Xt.isfinite())
+    assert torch.equal(info.cpu(), info_t)
+    if not OLD_SINGULAR_PATTERNS:  # torch 2.7: all NaN where newer torch has inf and finite entries
+        assert torch.equal(X.cpu().isfinite(), Xt.isfinite())
     inverse, info = LA.inv_ex(A.to(device))
     assert torch.equal(info.cpu(), torch.linalg.inv_ex(A).info) and not inverse[1].isfinite().all()
 

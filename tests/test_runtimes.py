@@ -309,6 +309,57 @@ def test_check_command_passes():
     assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
 
 
+def test_check_kernels_command_passes_every_instance():
+    """``check --kernels`` on the best runtime here (OpenCL in CI): a row for every
+    instance the runtime can launch, each compiled and run against SciPy, all passing."""
+    require("opencl")
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    done = subprocess.run([sys.executable, "-m", "mpslinalg", "check", "--kernels"], capture_output=True, text=True, env=env, timeout=3000)
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    runtime = RUNTIMES[lines[0].split(" kernel check on ")[1].split()[0]]
+    header = lines.index(next(line for line in lines if line.startswith("kernel ")))
+    rows = [line.split() for line in lines[header + 1 : -1]]
+    assert sorted(row[1] for row in rows) == sorted(i.host_name for i in runtime.instances())
+    assert all(row[3] == "pass" and int(row[4]) > 0 for row in rows)
+    assert lines[-1] == f"{len(rows)} of {len(rows)} instances passed"
+
+
+def test_check_kernels_reports_what_failed(monkeypatch):
+    """An instance that does not compile, one that a failing call launched and one that no
+    call launched are each a failing row with the reason; the others pass."""
+    require("opencl")
+    from mpslinalg import check
+    from mpslinalg.inverse import DET_SMALL
+
+    runtime = RUNTIMES["opencl"]
+    instances = [INVERSE_SMALL.instance(torch.float64, N=n) for n in (1, 2, 3)] + [DET_SMALL.instance(torch.float64, N=n) for n in (2, 3)]
+    real_compile = runtime._compile
+
+    def compile(instance, device):
+        if instance.host_name == "inverse_small_float64_n3":
+            raise SyntaxError("planted")
+        return real_compile(instance, device)
+
+    def battery(device, dtype):
+        A = torch.eye(2, dtype=dtype).expand(3, 2, 2) * 2
+        yield "inv_ex", "3x1x1", lambda: float(LA.inv_ex(torch.ones(3, 1, 1, dtype=dtype)).inverse.sum()) / 3
+        yield "inv_ex", "3x2x2", lambda: float(LA.inv_ex(A).inverse.sum())  # 3.0: below THRESHOLD
+        yield "det", "3x2x2 wrong", lambda: 1e3 + float(LA.det(A).sum())  # a failing ratio, 1012
+        yield "inv_ex", "3x3x3", lambda: float(LA.inv_ex(torch.eye(3, dtype=dtype).expand(3, 3, 3)).inverse.sum())
+
+    monkeypatch.setattr(runtime, "_compiled", {})
+    monkeypatch.setattr(runtime, "_compile", compile)
+    monkeypatch.setattr(runtime, "instances", lambda: instances)
+    monkeypatch.setattr(check, "kernel_battery", battery)
+    with LA.use_backend("opencl"):
+        rows = {row.instance: row for row in check.check_kernels(runtime, torch.device("cpu"), (torch.float64,), progress=open(os.devnull, "w"))}
+    assert [rows[i.host_name].status for i in instances] == ["pass", "pass", "FAIL", "FAIL", "not run"]
+    assert rows["inverse_small_float64_n3"].error == "SyntaxError while compiling: planted" and rows["inverse_small_float64_n3"].calls == 0
+    assert rows["det_small_float64_n2"].error == "det float64 3x2x2 wrong: ratio 1.01e+03"
+    assert rows["inverse_small_float64_n2"].worst == 3.0 and rows["inverse_small_float64_n1"].calls == 1
+
+
 def test_bench_command_writes_table_and_json(tmp_path):
     require("opencl")
     done = run_module("mpslinalg.bench", "inv", "--batch", "256", "--json", str(tmp_path / "b.json"), "--markdown", str(tmp_path / "b.md"))

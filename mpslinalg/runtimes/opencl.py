@@ -104,13 +104,24 @@ class OpenCLRuntime(Runtime):
 
     def _compile(self, instance: Instance, device: torch.device):
         import pyopencl as cl
+        from pyopencl.cache import create_built_program_from_source_cached
 
         self._require()  # fits() may be the first thing a runtime is asked
+        source = self.source(instance)
         with warnings.catch_warnings():
             # Intel's compiler reports success as non-empty output.
             warnings.simplefilter("ignore", cl.CompilerWarning)
-            program = cl.Program(self._context, self.source(instance)).build(options=BUILD_OPTIONS)
-        return getattr(program, instance.host_name)
+            try:
+                # pyopencl's cache of binaries, with our options alone: Program.build adds
+                # "-I <pyopencl's own folder>" to the options the cache is keyed on, so
+                # each virtual environment (CI makes new ones) compiled every kernel anew.
+                program, _ = create_built_program_from_source_cached(
+                    self._context, source, " ".join(BUILD_OPTIONS).encode(), self._context.devices
+                )
+            except cl.Error:
+                cl.Program(self._context, source).build(options=BUILD_OPTIONS)  # raises, with the build log
+                raise
+        return cl.Kernel(program, instance.host_name)
 
     def _require(self) -> None:
         status = self.status()  # creates the context on first use
