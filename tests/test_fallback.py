@@ -69,7 +69,7 @@ def test_metal_pipeline_of_another_simd_width_runs_nothing():
             return kernel
 
     instance = INVERSE_SMALL.instance(torch.float32, N=3)
-    with pytest.warns(FallbackWarning, match="inverse_small_float32_n3"):
+    with pytest.warns(FallbackWarning, match=r"inverse_small_float32_n3 cannot run on mps \(its pipeline's SIMD width is 16"):
         assert not MetalRuntime(compile_shader=Narrow).usable(instance, MPS)
     assert MetalRuntime(compile_shader=FakeLibrary).usable(instance, MPS)
 

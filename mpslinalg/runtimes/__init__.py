@@ -138,10 +138,14 @@ class Runtime:
             lines = str(error).strip().splitlines()
             reason = f"{type(error).__name__} while compiling" + (f": {lines[0]}" if lines else "")
         else:
-            limit = self._group_limit(function, device)
-            if instance.group_size <= limit:
-                return function
-            reason = f"it needs {instance.group_size} threads per threadgroup; this device's pipeline for it allows {limit}"
+            try:
+                limit = self._group_limit(function, device)
+            except KernelUnavailable as unusable:  # the pipeline cannot run it at all
+                reason = str(unusable)
+            else:
+                if instance.group_size <= limit:
+                    return function
+                reason = f"it needs {instance.group_size} threads per threadgroup; this device's pipeline for it allows {limit}"
         warnings.warn(
             f"mpslinalg: the {self.name} kernel {instance.host_name} cannot run on {device} ({reason}); "
             "the calls that need it take another route (a smaller instance, or torch.linalg) with the same results",
@@ -154,8 +158,8 @@ class Runtime:
         raise NotImplementedError
 
     def _group_limit(self, function, device: torch.device) -> int:
-        """The most threads a threadgroup of the compiled ``function`` may have here (0:
-        it cannot run here at all)."""
+        """The most threads a threadgroup of the compiled ``function`` may have here;
+        KernelUnavailable if it cannot run here at all."""
         raise NotImplementedError
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
@@ -165,7 +169,6 @@ class Runtime:
         """Every instance this runtime can launch: those of its dtypes, and those of
         kernels on indices only (no T buffer), whose one type every runtime has."""
         return [i for k in KERNELS for i in k.all_instances() if i.scalar.dtype in self.dtypes or not _has_scalar_buffer(k)]
-
 
 
 def fits(kernel: Kernel, dtype: torch.dtype, device: torch.device, **values: int) -> bool:

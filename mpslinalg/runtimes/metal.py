@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from .._kernel import Buffer, Instance, Scalar
-from . import Runtime, Status
+from . import KernelUnavailable, Runtime, Status
 
 
 
@@ -100,8 +100,9 @@ class MetalRuntime(Runtime):
     def _group_limit(self, function, device: torch.device) -> int:
         # The kernels' SIMD groups are of 32 lanes, every Apple-silicon GPU's width: a
         # pipeline of another width (an AMD or Intel Mac's) runs no instance.
-        if int(getattr(function, "thread_execution_width", SIMD_WIDTH)) != SIMD_WIDTH:
-            return 0
+        width = int(getattr(function, "thread_execution_width", SIMD_WIDTH))
+        if width != SIMD_WIDTH:
+            raise KernelUnavailable(f"its pipeline's SIMD width is {width}; the kernels' SIMD groups are of {SIMD_WIDTH}")
         return int(function.max_threads_per_threadgroup)
 
     def launch(self, instance: Instance, groups: int, args: Sequence, device: torch.device) -> None:
