@@ -18,7 +18,7 @@ import contextlib
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -136,15 +136,9 @@ def _triangular_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]
     X, seconds = _timed(device, lambda: LA.tril_inverse(L))
     results.append(Row("tril_inverse", name, "200x48x48", testing.inv_ratio(L, X), testing.THRESHOLD, seconds))
     if not dtype.is_complex:
-        # (I + A)^-1 for strictly lower A per chunk of 64 rows, [B, T, H, BT]: the error
-        # against float64, in units of n * eps * max |reference|.
         A = torch.from_numpy(rng.standard_normal((2, 256, 4, 64)) * 0.1).to(dtype).to(device)
-        blocks = A.view(2, 4, 64, 4, 64).permute(0, 1, 3, 2, 4).double().cpu().tril(-1)
-        reference = TORCH.inv(torch.eye(64, dtype=torch.float64) + blocks)
         out, seconds = _timed(device, lambda: LA.solve_tril(A, output_dtype=dtype))
-        got = out.cpu().double().view(2, 4, 64, 4, 64).permute(0, 1, 3, 2, 4)
-        ratio = (got - reference).abs().max().item() / (64 * testing.eps(dtype) * reference.abs().max().item())
-        results.append(Row("solve_tril", name, "2x256x4x64", ratio, testing.THRESHOLD, seconds))
+        results.append(Row("solve_tril", name, "2x256x4x64", _solve_tril_ratio(A, out), testing.THRESHOLD, seconds))
     return results
 
 
@@ -371,7 +365,7 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
     if not dtype.is_complex:
         for chunk in (16, 32, 64):
             A = torch.from_numpy(rng.standard_normal((2, 3 * chunk, 2, chunk)) * 0.1).to(dtype).to(device)
-            yield "solve_tril", f"2x{3 * chunk}x2x{chunk}", lambda A=A: _solve_tril_ratio(A)
+            yield "solve_tril", f"2x{3 * chunk}x2x{chunk}", lambda A=A: _solve_tril_ratio(A, LA.solve_tril(A, output_dtype=A.dtype))
 
 
 def _limited(threads: int, calls) -> Iterator[Call]:
@@ -385,13 +379,13 @@ def _limited(threads: int, calls) -> Iterator[Call]:
         yield function, f"{shape} (at most {threads} threads)", limited
 
 
-def _solve_tril_ratio(A: torch.Tensor) -> float:
-    """(I + A)^-1 per chunk against float64, in units of BT eps max |reference|."""
+def _solve_tril_ratio(A: torch.Tensor, out: torch.Tensor) -> float:
+    """``out``, (I + A)^-1 per chunk of BT rows for strictly lower A in the [B, T, H, BT]
+    layout, against float64: the error in units of BT eps max |reference|."""
     batch, T, heads, chunk = A.shape
-    blocks = A.view(batch, T // chunk, chunk, heads, chunk).permute(0, 1, 3, 2, 4).double().cpu().tril(-1)
-    reference = TORCH.inv(torch.eye(chunk, dtype=torch.float64) + blocks)
-    got = LA.solve_tril(A, output_dtype=A.dtype).cpu().double().view(batch, T // chunk, chunk, heads, chunk).permute(0, 1, 3, 2, 4)
-    return (got - reference).abs().max().item() / (chunk * testing.eps(A.dtype) * reference.abs().max().item())
+    chunks = lambda M: M.cpu().double().view(batch, T // chunk, chunk, heads, chunk).permute(0, 1, 3, 2, 4)
+    reference = TORCH.inv(torch.eye(chunk, dtype=torch.float64) + chunks(A).tril(-1))
+    return (chunks(out) - reference).abs().max().item() / (chunk * testing.eps(A.dtype) * reference.abs().max().item())
 
 
 def check_kernels(runtime: runtimes.Runtime, device: torch.device, dtypes, progress=sys.stderr) -> list[KernelRow]:
