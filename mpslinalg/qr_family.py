@@ -239,6 +239,8 @@ def _householder_setup(ctx, inputs, output):
 
 def _householder_backward(ctx, grad):
     A, tau = ctx.saved_tensors
+    if tau.shape[-1] == 0:  # no reflectors: Q is I's first n columns whatever A is, no gradient (torch's too)
+        return None, None
     with torch.enable_grad():
         A_, tau_ = A.detach().requires_grad_(), tau.detach().requires_grad_()
         return torch.autograd.grad(_householder_reference(A_, tau_), (A_, tau_), grad)
@@ -247,18 +249,19 @@ def _householder_backward(ctx, grad):
 def _householder_functorch_backward(ctx, grad):
     # torch.func forbids requires_grad_ inside its transforms; AOTAutograd, tracing the
     # op's backward under torch.compile, takes no functorch transform of a custom op.
-    return torch.func.vjp(_householder_reference, *ctx.saved_tensors)[1](grad)
-
-
-def _householder_jvp(ctx, dA, dtau):
+    # No reflectors: zeros, which the transposed VJP (the JVP) can take the VJP of.
     A, tau = ctx.saved_tensors
-    tangents = (torch.zeros_like(A) if dA is None else dA, torch.zeros_like(tau) if dtau is None else dtau)
-    return torch.func.jvp(_householder_reference, (A, tau), tangents)[1]
+    if tau.shape[-1] == 0:
+        return torch.zeros_like(A), torch.zeros_like(tau)
+    return torch.func.vjp(_householder_reference, A, tau)[1](grad)
 
 
 _householder_op.register_autograd(_householder_backward, setup_context=_householder_setup)
+# The JVP is the transposed VJP, as qr's: torch.func.jvp of the reference, nested in the
+# JVP of a dual tensor's forward mode, would be a second forward-mode level, which torch
+# does not support; torch.func.vjp of the VJP needs none.
 _Householder = _dispatch.with_transposed_jvp(
-    torch.ops.mpslinalg.householder_product, _householder_setup, _householder_functorch_backward, jvp=_householder_jvp,
+    torch.ops.mpslinalg.householder_product, _householder_setup, _householder_functorch_backward,
 )
 
 
@@ -420,13 +423,48 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
     if not _dispatch.has_kernels(A, tau, C):
         return _dispatch.TORCH.ormqr(A, tau, C, left, transpose, out=out)
     _checks.out_without_grad("ormqr", out, A, tau, C)
-    _dispatch.TORCH.ormqr(A.to("meta"), tau.to("meta"), C.to("meta"), left, transpose)  # torch's errors
+    _ormqr_checks(A, tau, C, left)
     if out is not None and out.dtype != A.dtype:  # torch's message, its missing space included
         raise RuntimeError(
             f"torch.ormqr: Expected input and result to have the same dtype, but input has dtype"
             f"{_checks.type_name(A.dtype)} and result has dtype {_checks.type_name(out.dtype)}"
         )
     return _checks.into(out, _apply_reflectors(A, tau, C, left, transpose))
+
+
+def _ormqr_checks(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool) -> None:
+    """torch.ormqr's checks of shapes and dtypes as its CPU kernel makes them, in its
+    order and words: its meta kernel orders and words them otherwise, and lets through a
+    tau whose length is not min(C's rows (left) or columns, A's columns), which the CPU
+    kernel refuses."""
+    if A.dim() < 2:
+        raise RuntimeError("torch.ormqr: input must have at least 2 dimensions.")
+    if C.dim() < 2:
+        raise RuntimeError("torch.ormqr: other must have at least 2 dimensions.")
+    side = -2 if left else -1
+    if C.size(side) != A.size(-2):
+        raise RuntimeError(f"torch.ormqr: other.shape[{side}] must be equal to input.shape[-2]")
+    if tau.size(-1) != min(C.size(side), A.size(-1)):  # size, not shape: torch's IndexError for a 0-d tau
+        raise RuntimeError(f"torch.ormqr: tau.shape[-1] must be equal to min(other.shape[{side}], input.shape[-1])")
+    for name, x in (("tau", tau), ("other", C)):
+        if x.dim() != A.dim() - (name == "tau"):
+            expected = "have one dimension less than" if name == "tau" else "have the same number of dimensions as"
+            raise RuntimeError(
+                f"torch.ormqr: Expected {name} to {expected} input, but got {name}.ndim equal to {x.dim()} "
+                f"and input.ndim is equal to {A.dim()}"
+            )
+    for name, x in (("tau", tau), ("other", C)):
+        batch = x.shape[: A.dim() - 2]
+        if A.dim() > 2 and batch != A.shape[:-2]:
+            raise RuntimeError(
+                f"torch.ormqr: Expected batch dimensions of {name} to be equal to input.shape[:-2], but got {list(batch)}"
+            )
+    for name, x in (("tau", tau), ("other", C)):
+        if x.dtype != A.dtype:
+            raise RuntimeError(
+                f"torch.ormqr: Expected input and {name} to have the same dtype, but input has dtype"
+                f"{_checks.type_name(A.dtype)} and {name} has dtype {_checks.type_name(x.dtype)}"
+            )
 
 
 def _apply_reflectors(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool, transpose: bool) -> torch.Tensor:
