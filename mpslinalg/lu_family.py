@@ -667,9 +667,9 @@ def slogdet(A: torch.Tensor, *, out=None):
         return _dispatch.TORCH.slogdet(A, out=out)
     _checks.square("linalg.slogdet", A)
     _checks.out_without_grad("_linalg_slogdet", out, A)
-    if A.shape[-1] == 0:
-        sign = torch.ones(A.shape[:-2], dtype=A.dtype, device=A.device)
-        return torch.return_types.linalg_slogdet(_checks.into_each(out, (sign, sign.real.new_zeros(sign.shape))))
+    if A.shape[-1] == 0:  # det 1; made from A, so that autograd sees it as torch's (a zero gradient)
+        zero = A.sum((-2, -1)) * 0
+        return torch.return_types.linalg_slogdet(_checks.into_each(out, (zero + 1, zero.real)))
     LU, pivots, _ = _lu_factor(A, True)
     return torch.return_types.linalg_slogdet(_checks.into_each(out, _slogdet_from(LU, pivots)))
 

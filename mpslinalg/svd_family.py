@@ -469,7 +469,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
         rank = (S > rtol * S[..., :1]).sum(-1) if S.shape[-1] else torch.zeros(batch, dtype=torch.int64, device=A.device)
         if driver in ("gelsd", "gelss"):
             singular_values = S
-    residuals = A.new_empty(0, dtype=real)
+    residuals = X.real.flatten()[:0]  # none; but from X, so that autograd sees it as torch's
     if m > n and driver != "gelsy" and (driver == "gels" or bool((rank == n).all())):
         residuals = (A @ X - Bm).abs().square().sum(-2)
     return torch.return_types.linalg_lstsq((X.squeeze(-1) if vector else X, residuals, rank, singular_values))

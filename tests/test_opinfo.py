@@ -14,8 +14,8 @@ are compared through the invariant functions of them that torch's OpInfo differe
 linear function of those outputs, and where it supports forward mode their tangents along
 random directions, agree with torch's in the same way (in float64 and complex128).
 ``error_inputs`` raise the OpInfo's error type with a message matching its regex. Differences
-from torch found here outside this change are listed with their reasons (OUT_OF_THE_GRAPH,
-FORWARD_MODE_RAISES) and asserted to be exactly those.
+from torch not fixed yet are listed with their reasons (FORWARD_MODE_RAISES) and asserted to
+be exactly those.
 """
 
 import importlib.util
@@ -513,30 +513,16 @@ def with_zeros(values: tuple, like: tuple) -> tuple:
     return tuple(torch.zeros_like(t) if v is None else v for v, t in zip(values, like))
 
 
-# Differences from torch that these samples find in mpslinalg outside qr_family.py, each
-# asserted to be what is described (so that its fix fails here and the entry goes) while
-# the rest of the sample is compared as usual.
-#
-# OpInfo id -> (a sample's outputs, by index, that torch connects to the autograd graph
-# and mpslinalg does not; what differs).
-OUT_OF_THE_GRAPH = {
-    "logdet": (lambda s: {0} if s.input.shape[-1] == 0 else set(),
-               "lu_family: logdet of 0 x 0 matrices has no grad_fn (torch's does, with a zero gradient), so "
-               "torch.autograd.grad(LA.logdet(A).sum(), A) raises 'element 0 of tensors does not require grad'"),
-    "linalg.slogdet": (lambda s: {0, 1} if s.input.shape[-1] == 0 else set(),
-                       "lu_family: slogdet of 0 x 0 matrices, sign and logabsdet, as logdet's"),
-    "linalg.lstsq": (lambda s: {1} if s.input.shape[-2] <= s.input.shape[-1] or s.kwargs["driver"] == "gelsy" else set(),
-                     "svd_family: lstsq's empty residuals (m <= n, or driver 'gelsy') have no grad_fn; torch's do"),
-}
-OUT_OF_THE_GRAPH["linalg.lstsq.grad_oriented"] = OUT_OF_THE_GRAPH["linalg.lstsq"]
-
-
 def empty_batch_of_nonempty_matrices(sample, results) -> bool:
     """No matrices in the batch, and a result whose matrix part has elements."""
     batch = sample.input.dim() - 2
     return batch > 0 and sample.input.shape[:batch].numel() == 0 and any(r.shape[batch:].numel() for r in results)
 
 
+# A difference from torch that these samples find and that is not fixed yet is listed
+# with what differs and asserted to be exactly that (so that its fix fails here and the
+# entry goes), while the rest of the sample is compared as usual.
+#
 # OpInfo id -> (the samples whose forward mode raises in mpslinalg where torch's returns,
 # given the sample and torch's results; the error).
 FORWARD_MODE_RAISES = {
@@ -552,10 +538,6 @@ def check_derivatives(op, sample, dtype, got, expected, like, what):
         assert got == expected, what
         return
     requiring = expected[1:-1]
-    if requiring and op_id(op) in OUT_OF_THE_GRAPH:
-        out, difference = OUT_OF_THE_GRAPH[op_id(op)]
-        requiring = (tuple(flag and i not in out(sample) for i, flag in enumerate(requiring[0])),)
-        assert got[1:-1] == requiring, (what, difference)
     assert got[1:-1] == requiring, what  # the same outputs differentiable
     tolerance = bound(op, wrapped_sample(op, sample), dtype, derivative=True)
     assert_agree(with_zeros(got[-1], like), with_zeros(expected[-1], like), tolerance, what)
