@@ -3,14 +3,13 @@
 1, batches that leave a threadgroup part-full). Prints how many of the CUDA runtime's
 kernel instantiations it launched, and which it did not."""
 
-import contextlib
 import os
 import sys
 
 import torch
 
 import mpslinalg as LA
-from mpslinalg import lu_family, qr_family, runtimes
+from mpslinalg import runtimes
 from mpslinalg._kernel import KERNELS
 
 # BATTERY_SIZES=1,3,16,33 (say) for a shorter run: racecheck is the slowest tool.
@@ -51,18 +50,6 @@ FAMILIES = {
 SELECTED = os.environ.get("BATTERY_FAMILIES", ",".join(FAMILIES)).split(",")
 
 
-@contextlib.contextmanager
-def fits_refused(refuse: bool):
-    """lu_family and qr_family told that no instance of 1024 threads fits, if ``refuse``."""
-    saved = lu_family.fits, qr_family.fits
-    if refuse:
-        lu_family.fits = qr_family.fits = lambda kernel, dtype, device, **values: values.get("GROUP", 0) < 1024
-    try:
-        yield
-    finally:
-        lu_family.fits, qr_family.fits = saved
-
-
 def main(device: str = "cuda") -> int:
     launched = set()
     runtime = runtimes.for_device(torch.device(device))
@@ -86,11 +73,11 @@ def main(device: str = "cuda") -> int:
         A = torch.randn(1000, 3, 3, dtype=dtype, device=device, generator=generator) + 3 * torch.eye(3, dtype=dtype, device=device)
         for family in SELECTED:
             FAMILIES[family](A, A)
-    # Panels by height: 1024 threads with 1, 2, 4 rows each, then the tall panel; with
-    # fits() refusing 1024 threads (as a Metal pipeline may), the 256-thread shapes.
+    # Panels by height: 1024 threads with 1, 2, 4 rows each, then the tall panel; where
+    # pipelines allow fewer than 1024 threads (as a Metal pipeline may), the 256-thread shapes.
     for dtype in DTYPES:
-        for refuse in (False, True):
-            with fits_refused(refuse):
+        for threads in (1024, 512):
+            with runtimes.thread_limit(threads):
                 for m in (300, 600, 1100, 2100, 4200):
                     A = torch.randn(m, 40, dtype=dtype, device=device, generator=generator)
                     if "lu" in SELECTED:
