@@ -6,21 +6,32 @@ from hypothesis import HealthCheck, settings
 
 import mpslinalg
 
-settings.register_profile(
-    "ci",
-    deadline=None,
-    derandomize=True,
-    max_examples=150,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.register_profile(
-    "dev", deadline=None, max_examples=30, print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-settings.register_profile(  # on demand: HYPOTHESIS_PROFILE=fuzz (tests/test_fuzz.py)
-    "fuzz", deadline=None, max_examples=3000, print_blob=True, suppress_health_check=list(HealthCheck)
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+def load_hypothesis_profile() -> None:
+    """Register our hypothesis profiles and load HYPOTHESIS_PROFILE (default ci).
+
+    Importing torch.testing._internal (tests/test_opinfo.py) registers torch's own
+    profiles, one of them also named "dev", and loads one that does not suppress the
+    function-scoped-fixture health check, so that module calls this again after it.
+    """
+    settings.register_profile(
+        "ci",
+        deadline=None,
+        derandomize=True,
+        max_examples=150,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    settings.register_profile(
+        "dev", deadline=None, max_examples=30, print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    settings.register_profile(  # on demand: HYPOTHESIS_PROFILE=fuzz (tests/test_fuzz.py)
+        "fuzz", deadline=None, max_examples=3000, print_blob=True, suppress_health_check=list(HealthCheck)
+    )
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+load_hypothesis_profile()
 
 # Reference products on CUDA in full FP32, as torch's linalg backward uses.
 torch.backends.cuda.matmul.allow_tf32 = False

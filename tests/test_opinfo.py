@@ -28,7 +28,7 @@ import torch
 from torch.autograd import forward_ad
 
 import mpslinalg as LA
-from conftest import require
+from conftest import load_hypothesis_profile, require
 from mpslinalg.testing import (
     THRESHOLD,
     det_ratio,
@@ -48,6 +48,8 @@ if importlib.util.find_spec("expecttest") is None:  # torch.testing._internal im
     pytest.skip("expecttest is missing: torch.testing._internal cannot be imported", allow_module_level=True)
 
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+load_hypothesis_profile()  # torch.testing._internal loaded its own hypothesis profile
 
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 # Derivatives in double precision only: they take most of this file's time, and single
