@@ -4,6 +4,8 @@ The same kernels run on CUDA (NVRTC) and, for tests, on the CPU (OpenCL).
 """
 
 from ._dispatch import backends, use_backend
+from .cholesky_family import cholesky, cholesky_ex, cholesky_inverse, cholesky_solve
+from .eigh_family import eigh, eigvalsh
 from .inverse import det, inv, inv_ex
 from .lu_family import logdet, lu, lu_factor, lu_factor_ex, lu_solve, slogdet, solve, solve_ex
 from .qr_family import geqrf, householder_product, ormqr, qr
@@ -11,7 +13,7 @@ from .svd_family import lstsq, matrix_rank, pinv, svd, svdvals
 from .triangular import solve_tril, solve_triangular, tril_inverse
 
 __all__ = [
-    "backends", "det", "geqrf", "householder_product", "inv", "inv_ex", "logdet", "lu", "lu_factor",
+    "backends", "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "det", "eigh", "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "logdet", "lu", "lu_factor",
     "lu_factor_ex", "lu_solve", "lstsq", "matrix_rank", "ormqr", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_tril",
     "solve_triangular", "svd", "svdvals", "tril_inverse", "use_backend",
 ]

@@ -26,7 +26,7 @@ from .runtimes import RUNTIMES, KernelUnavailable, Runtime, Status
 # ``torch.linalg.qr`` up at call time would then call back into mpslinalg for ever.
 TORCH = types.SimpleNamespace(
     **{name.removeprefix("linalg_"): getattr(torch._C._linalg, name) for name in dir(torch._C._linalg) if name.startswith("linalg_")},
-    **{name: getattr(torch._C._VariableFunctions, name) for name in ("geqrf", "ormqr", "logdet", "lu_unpack")},
+    **{name: getattr(torch._C._VariableFunctions, name) for name in ("geqrf", "ormqr", "logdet", "lu_unpack", "cholesky_solve", "cholesky_inverse")},
 )
 
 CPU_BACKENDS = ("torch", "opencl")

@@ -213,3 +213,67 @@ def svd_ratios(A: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tens
     largest = np.maximum(reference[..., :1], np.finfo(float).tiny) if k else reference
     values = np.abs(s - reference) / (max(k, 1) * largest * e) if k else np.zeros(1)
     return tuple(float(np.max(r, initial=0)) for r in (residual, uu, vv, values))
+
+
+def hermitian_batch(shape: tuple, n: int, dtype: torch.dtype, rng, eigenvalues: np.ndarray | None = None,
+                    cond: float = 10.0, scale: float = 1.0, definite: bool = True) -> torch.Tensor:
+    """Hermitian matrices Q diag(d) Q^H, Q Haar-distributed: d = ``eigenvalues`` (one set,
+    or one per matrix), else slatms MODE 3 between scale / cond and scale, with
+    alternating signs unless ``definite``."""
+    count = int(np.prod(shape, dtype=np.int64))
+    mats = []
+    for index in range(count):
+        if eigenvalues is None:
+            d = scale * cond ** (-np.arange(n) / max(n - 1, 1))
+            d = d if definite else d * (-1.0) ** np.arange(n)
+        else:
+            d = np.asarray(eigenvalues, dtype=np.float64)
+            d = d if d.ndim == 1 else d[index]
+        q = haar(n, rng, dtype.is_complex)
+        a = (q * d) @ q.conj().T
+        mats.append((a + a.conj().T) / 2)
+    array = np.array(mats).reshape(*shape, n, n) if count else np.zeros((*shape, n, n))
+    return torch.from_numpy(array).to(dtype)
+
+
+def hermitian_of(a: np.ndarray, upper: bool = False) -> np.ndarray:
+    """The Hermitian matrix that the lower (``upper``: upper) triangle of ``a`` stands for,
+    as LAPACK reads it: the diagonal's real part, the triangle mirrored."""
+    t = np.triu(a, 1) if upper else np.tril(a, -1)
+    return t + np.conj(np.swapaxes(t, -1, -2)) + np.eye(a.shape[-1]) * np.diagonal(a, 0, -2, -1).real[..., None, :]
+
+
+def cholesky_ratio(A: torch.Tensor, L: torch.Tensor, upper: bool = False) -> float:
+    """LAPACK spot01: max over the batch of ||L L^H - A||_1 / (n ||A||_1 eps), A the
+    Hermitian matrix of the triangle read (U^H U for ``upper``)."""
+    a, factor = hermitian_of(exact(A), upper), exact(L)
+    n = a.shape[-1]
+    if a.size == 0:
+        return 0.0
+    factor = np.triu(factor) if upper else np.tril(factor)
+    if upper:
+        factor = np.conj(np.swapaxes(factor, -1, -2))
+    residual = norm1(factor @ np.conj(np.swapaxes(factor, -1, -2)) - a)
+    return scaled_ratio(residual, n * norm1(a) * eps(A.dtype), A.dtype)
+
+
+def eigh_ratios(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor | None, upper: bool = False) -> tuple[float, float, float]:
+    """LAPACK's ssyt21 ratios and the eigenvalues' error, the largest over the batch:
+    ||A - V diag(w) V^H||_1 / (n ||A||_1 eps), ||I - V^H V||_1 / (n eps), and
+    max |w - w_ref| / (n ||A||_1 eps) against SciPy's eigvalsh on A as stored (A the
+    Hermitian matrix of the triangle read). Without V, the first two are 0."""
+    a, values = hermitian_of(exact(A), upper), exact(w).real
+    n = a.shape[-1]
+    if a.size == 0:
+        return 0.0, 0.0, 0.0
+    e = eps(A.dtype)
+    scale = n * np.maximum(norm1(a), np.finfo(float).tiny) * e
+    residual = orthogonality = 0.0
+    if V is not None:
+        v = exact(V)
+        vh = np.conj(np.swapaxes(v, -1, -2))
+        residual = float(np.max(norm1(a - (v * values[..., None, :]) @ vh) / scale))
+        orthogonality = float(np.max(norm1(np.eye(n) - vh @ v) / (n * e)))
+    reference = np.array([scipy.linalg.eigvalsh(x) for x in a.reshape(-1, n, n)]).reshape(values.shape)
+    error = float(np.max(np.abs(values - reference).max(-1) / scale))
+    return residual, orthogonality, error

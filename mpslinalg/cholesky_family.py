@@ -1,0 +1,348 @@
+"""Cholesky: ``cholesky``, ``cholesky_ex``, ``cholesky_solve``, ``cholesky_inverse``.
+
+Kernel (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2: ``cholesky_small``
+factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per
+matrix. Larger matrices are factored recursively, as LAPACK's spotrf2: the
+leading half by recursion down to the kernel, the panel L21 = A21 L11^-H by
+mpslinalg's triangular solve, the trailing A22 - L21 L21^H by ``torch.matmul``
+(where the work is). ``info`` is LAPACK's, computed on the device: the order of
+the first leading minor that is not positive definite (a pivot <= 0 or NaN).
+
+``cholesky_solve`` solves with L and L^H (mpslinalg's triangular solves);
+``cholesky_inverse`` is W^H W with W = L^-1 (``tril_inverse``).
+
+Gradients are torch's formulas (``cholesky_backward``, ``cholesky_jvp``,
+``cholesky_solve_backward``, ``cholesky_inverse_backward``) in mpslinalg's ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks, _dispatch, triangular
+from ._kernel import Buffer, Kernel, Scalar, Shared
+from .runtimes import fits, groups_for, launch, pieces
+
+SIZES = (4, 8, 16, 32, 64)
+TEAMS = {4: 16, 8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
+
+
+def _packed_triangle(N: int) -> int:
+    return N * (N + 1) // 2
+
+
+CHOLESKY_SMALL = Kernel(
+    function="cholesky_small",
+    source="cholesky.metal",
+    args=(Buffer("a", const=True), Buffer("l"), Buffer("info", "int"), Scalar("n"), Scalar("count")),
+    instances=tuple({"N": n} for n in SIZES),
+    group_size=lambda N: N * TEAMS[N],
+    template=lambda N: (N, TEAMS[N]),
+    shared=lambda N: [Shared("triangles", "T", TEAMS[N] * _packed_triangle(N))],
+)
+
+
+def _leaf_size(dtype: torch.dtype, device: torch.device) -> int:
+    """The largest N of cholesky_small for dtype that the device can run: the
+    recursion's leaves. (None running, the launch raises KernelUnavailable and the
+    op is answered by torch.)"""
+    sizes = [N for N in reversed(SIZES) if CHOLESKY_SMALL.exists(dtype, N=N)]
+    return next((N for N in sizes if fits(CHOLESKY_SMALL, dtype, device, N=N)), sizes[0])
+
+
+def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, info) of contiguous (count, n, n) a, n <= N, by the kernel."""
+    count, n, _ = a.shape
+    L = torch.empty_like(a)
+    info = torch.empty(count, dtype=torch.int32, device=a.device)
+    for start, stop in pieces(count):
+        launch(CHOLESKY_SMALL, groups_for(stop - start, TEAMS[N]), a[start:stop], L[start:stop], info[start:stop], n,
+               stop - start, N=N)
+    return L, info
+
+
+def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, info) of contiguous (count, n, n) a from its lower triangle: spotrf2's
+    recursion, split where the leading part is a whole number of leaves."""
+    n = a.shape[-1]
+    if n <= leaf:
+        return _factor_small(a, next(N for N in SIZES if n <= N))
+    n1 = leaf * max(1, round(n / (2 * leaf)))
+    L11, info = _factor(a[:, :n1, :n1].contiguous(), leaf)
+    L21 = triangular._solve_triangular_body(L11.mH, a[:, n1:, :n1], True, False, False)  # X L11^H = A21
+    L22, info22 = _factor(torch.baddbmm(a[:, n1:, n1:], L21, L21.mH, alpha=-1), leaf)
+    info = torch.where((info == 0) & (info22 > 0), info22 + n1, info)
+    L = torch.cat((torch.cat((L11, torch.zeros_like(L21.mT)), dim=-1), torch.cat((L21, L22), dim=-1)), dim=-2)
+    return L, info
+
+
+def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:
+    """torch.linalg.LinAlgError for the first matrix with info > 0 (synchronises with the device)."""
+    flat = info.reshape(-1)
+    failed = torch.nonzero(flat > 0)
+    if failed.numel() == 0:
+        return
+    index = int(failed[0, 0])
+    prefix = f"(Batch element {index}): " if batched else ""
+    raise torch.linalg.LinAlgError(
+        f"{api}: {prefix}The factorization could not be completed because the input is not positive-definite "
+        f"(the leading minor of order {int(flat[index])} is not positive-definite)."
+    )
+
+
+# --- custom ops ---
+
+
+def _cholesky_ex_by_torch(A: torch.Tensor, upper: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
+    L, info = _dispatch.TORCH.cholesky_ex(A, upper=upper)
+    if check_errors:
+        raise_if_not_positive_definite(check_errors, info, batched=A.dim() > 2)
+    return L, info
+
+
+@_dispatch.answered_by(_cholesky_ex_by_torch)
+def _cholesky_ex_body(A: torch.Tensor, upper: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, info); ``check_errors`` names the API whose error non-positive-definite input
+    raises (inside the op, so that torch.compile traces cholesky without a graph break)."""
+    n = A.shape[-1]
+    count = A.shape[:-2].numel()
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    if count == 0 or n == 0:
+        return torch.empty(A.shape, dtype=A.dtype, device=A.device), info
+    X = _checks.resolved(A.mH if upper else A).view(count, n, n)  # upper: the lower triangle of A^H
+    L, info = _factor(X, _leaf_size(A.dtype, A.device))
+    L, info = L.view(A.shape), info.view(A.shape[:-2])
+    if upper:
+        L = L.mH.contiguous()
+    if check_errors:
+        raise_if_not_positive_definite(check_errors, info, batched=A.dim() > 2)
+    return L, info
+
+
+_cholesky_ex_op = torch.library.custom_op("mpslinalg::cholesky_ex", mutates_args=())(_cholesky_ex_body)
+
+
+@_cholesky_ex_op.register_fake
+def _(A, upper, check_errors):
+    return torch.empty_like(A, memory_format=torch.contiguous_format), A.new_empty(A.shape[:-2], dtype=torch.int32)
+
+
+@_cholesky_ex_op.register_vmap
+def _(info, in_dims, A, upper, check_errors):
+    return torch.ops.mpslinalg.cholesky_ex(A.movedim(in_dims[0], 0), upper, check_errors), (0, 0)
+
+
+def _lower(L: torch.Tensor, upper: bool) -> torch.Tensor:
+    """The lower-triangular factor: L, or U^H."""
+    return L.mH if upper else L
+
+
+def _cholesky_vjp(L: torch.Tensor, gL: torch.Tensor, upper: bool) -> torch.Tensor:
+    """torch's cholesky_backward: L^-H Phi(L^H gL) L^-1, Phi the lower triangle with
+    its diagonal halved, made Hermitian."""
+    L, gL = _lower(L, upper), _lower(gL, upper)
+    P = (L.mH @ gL).tril()
+    P = 0.5 * (P + P.tril(-1).mH)
+    P = triangular._solve(L.mH, P, True, True, False)
+    return triangular._solve(L, P, False, False, False)
+
+
+def _cholesky_jvp(L: torch.Tensor, dA: torch.Tensor, upper: bool) -> torch.Tensor:
+    """torch's cholesky_jvp: dL = L Phi(L^-1 dA L^-H), Phi the lower triangle with its
+    diagonal halved."""
+    L = _lower(L, upper)
+    X = triangular._solve(L, dA, False, True, False)
+    X = triangular._solve(L.mH, X, True, False, False)
+    X = X.tril() - 0.5 * torch.diag_embed(X.diagonal(dim1=-2, dim2=-1))
+    dL = L @ X
+    return dL.mH if upper else dL
+
+
+def _cholesky_setup(ctx, inputs, output):
+    ctx.mark_non_differentiable(output[1])
+    ctx.upper = inputs[1]
+    _dispatch.save(ctx, output[0])
+
+
+def _cholesky_backward(ctx, gL, _g_info):
+    (L,) = ctx.saved_tensors
+    return _cholesky_vjp(L, gL, ctx.upper), None, None
+
+
+_cholesky_ex_op.register_autograd(_cholesky_backward, setup_context=_cholesky_setup)
+_Cholesky = _dispatch.with_transposed_jvp(
+    torch.ops.mpslinalg.cholesky_ex, _cholesky_setup, _cholesky_backward,
+    jvp=lambda ctx, dA, _upper, _check: (_cholesky_jvp(ctx.saved_tensors[0], dA, ctx.upper), None),
+)
+
+
+@_dispatch.answered_by(lambda B, L, upper: _dispatch.TORCH.cholesky_solve(B, L, upper))
+def _cholesky_solve_body(B: torch.Tensor, L: torch.Tensor, upper: bool) -> torch.Tensor:
+    """A^-1 B with A = L L^H (U^H U where ``upper``), batch dims broadcast."""
+    lower = _lower(L, upper)
+    Y = triangular._solve_triangular_body(*triangular._broadcast(lower, B), False, True, False)
+    return triangular._solve_triangular_body(*triangular._broadcast(lower.mH, Y), True, True, False)
+
+
+_cholesky_solve_op = torch.library.custom_op("mpslinalg::cholesky_solve", mutates_args=())(_cholesky_solve_body)
+
+
+@_cholesky_solve_op.register_fake
+def _(B, L, upper):
+    batch = torch.broadcast_shapes(B.shape[:-2], L.shape[:-2])
+    return B.new_empty((*batch, *B.shape[-2:]))
+
+
+def _sum_to(G: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A gradient over broadcast batch dims, summed back to its input's shape."""
+    return G if G.shape == shape else G.sum_to_size(shape)
+
+
+def _cholesky_solve_vjp(L, X, gX, upper):
+    """torch's cholesky_solve_backward: gB = A^-1 gX and, with C = gB X^H + X gB^H,
+    gL = -C L (-U C where ``upper``); neither is projected on a triangle, as torch's."""
+    gB = _cholesky_solve(gX, L, upper)
+    C = gB @ X.mH
+    C = C + C.mH
+    return gB, -(L @ C) if upper else -(C @ L)
+
+
+def _cholesky_solve_setup(ctx, inputs, output):
+    ctx.upper = inputs[2]
+    ctx.shapes = (inputs[0].shape, inputs[1].shape)
+    _dispatch.save(ctx, inputs[1], output)
+
+
+def _cholesky_solve_backward(ctx, gX):
+    L, X = ctx.saved_tensors
+    gB, gL = _cholesky_solve_vjp(L, X, gX, ctx.upper)
+    return _sum_to(gB, ctx.shapes[0]), _sum_to(gL, ctx.shapes[1]), None
+
+
+_cholesky_solve_op.register_autograd(_cholesky_solve_backward, setup_context=_cholesky_solve_setup)
+_CholeskySolve = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.cholesky_solve, _cholesky_solve_setup, _cholesky_solve_backward)
+
+
+def _cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool) -> torch.Tensor:
+    return _dispatch.call(torch.ops.mpslinalg.cholesky_solve, _cholesky_solve_body, B, L, upper, function=_CholeskySolve)
+
+
+@_dispatch.answered_by(lambda L, upper: _dispatch.TORCH.cholesky_inverse(L, upper))
+def _cholesky_inverse_body(L: torch.Tensor, upper: bool) -> torch.Tensor:
+    """(L L^H)^-1 = W^H W with W = L^-1 (U^-1 U^-H, W = U^-H, where ``upper``)."""
+    lower = _checks.resolved(_lower(L, upper))
+    if lower.numel() == 0:
+        return torch.empty_like(lower)
+    W = triangular.tril_inverse(lower)
+    return W.mH @ W
+
+
+_cholesky_inverse_op = torch.library.custom_op("mpslinalg::cholesky_inverse", mutates_args=())(_cholesky_inverse_body)
+
+
+@_cholesky_inverse_op.register_fake
+def _(L, upper):
+    return torch.empty_like(L, memory_format=torch.contiguous_format)
+
+
+@_cholesky_inverse_op.register_vmap
+def _(info, in_dims, L, upper):
+    return torch.ops.mpslinalg.cholesky_inverse(L.movedim(in_dims[0], 0), upper), 0
+
+
+def _cholesky_inverse_setup(ctx, inputs, output):
+    ctx.upper = inputs[1]
+    _dispatch.save(ctx, inputs[0], output)
+
+
+def _cholesky_inverse_backward(ctx, grad):
+    """torch's cholesky_inverse_backward: with C = X (G + G^H) X, gL = -C L (-U C where ``upper``)."""
+    L, X = ctx.saved_tensors
+    C = X @ ((grad + grad.mH) @ X)
+    return -(L @ C) if ctx.upper else -(C @ L), None
+
+
+_cholesky_inverse_op.register_autograd(_cholesky_inverse_backward, setup_context=_cholesky_inverse_setup)
+_CholeskyInverse = _dispatch.with_transposed_jvp(
+    torch.ops.mpslinalg.cholesky_inverse, _cholesky_inverse_setup, _cholesky_inverse_backward
+)
+
+
+# --- public functions ---
+
+
+def _kernels_apply(api: str, A: torch.Tensor) -> bool:
+    """Whether A runs on mpslinalg's kernels; raises torch.linalg's errors for bad input."""
+    runtime = _dispatch.kernel_runtime(A)
+    if runtime is None:
+        return False
+    _checks.square(api, A)
+    _checks.floating(api, A)
+    return A.dtype in runtime.dtypes
+
+
+def _cholesky_ex(A: torch.Tensor, upper: bool, check_errors: str):
+    return _dispatch.call(torch.ops.mpslinalg.cholesky_ex, _cholesky_ex_body, A, upper, check_errors, function=_Cholesky)
+
+
+def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = False, out=None):
+    """The Cholesky factor of Hermitian positive-definite matrices and LAPACK's
+    ``info``, like ``torch.linalg.cholesky_ex``.
+
+    Args:
+        A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL). Only the lower triangle is read (the upper with ``upper``),
+            and of the diagonal only the real part. Any batch dims and strides.
+        upper: return U = L^H, with A = U^H U, instead of L.
+        check_errors: raise ``torch.linalg.LinAlgError`` for a matrix that is not
+            positive definite (synchronises with the device).
+        out: optional ``(L, info)`` tensors to write the result into.
+
+    Returns:
+        ``(L, info)``: ``info`` (int32, batch shape) is 0 for success, else the
+        order of the first leading minor that is not positive definite (NaN
+        counts as not positive, as LAPACK's test); L's columns before that
+        order are then the factor's and the rest is partial, as LAPACK's. No
+        host synchronisation.
+
+    Gradients (reverse and forward mode) are torch's.
+    """
+    if not _kernels_apply("linalg.cholesky_ex", A):
+        return _dispatch.TORCH.cholesky_ex(A, upper=upper, check_errors=check_errors, out=out)
+    _checks.out_without_grad("linalg_cholesky_ex", out, A)
+    L, info = _cholesky_ex(A, upper, "linalg.cholesky_ex" if check_errors else "")
+    return torch.return_types.linalg_cholesky_ex(_checks.into_each(out, (L, info)))
+
+
+def cholesky(A: torch.Tensor, *, upper: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The Cholesky factor L (A = L L^H) of Hermitian positive-definite matrices, like
+    ``torch.linalg.cholesky``; U = L^H with ``upper``. Raises
+    ``torch.linalg.LinAlgError`` with torch's message for a matrix that is not
+    positive definite, which synchronises with the device; ``cholesky_ex`` does not."""
+    if not _kernels_apply("linalg.cholesky", A):
+        return _dispatch.TORCH.cholesky(A, upper=upper, out=out)
+    _checks.out_without_grad("linalg_cholesky_ex", out, A)
+    return _checks.into(out, _cholesky_ex(A, upper, "linalg.cholesky")[0])
+
+
+def cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """X = A^-1 B for A = L L^H (A = U^H U with ``upper``), like ``torch.cholesky_solve``:
+    B ``(*, n, k)``, L ``(*, n, n)`` (only its triangle is read), batch dims
+    broadcast. Gradients are torch's, in B and in L (not projected on the triangle)."""
+    if not (_dispatch.has_kernels(L, B) and L.dtype in _dispatch.kernel_runtime(L).dtypes):
+        return _dispatch.TORCH.cholesky_solve(B, L, upper, out=out)
+    _dispatch.TORCH.cholesky_solve(B.to("meta"), L.to("meta"), upper)  # torch's errors
+    _checks.out_without_grad("cholesky_solve", out, B, L)
+    return _checks.into(out, _cholesky_solve(B, L, upper))
+
+
+def cholesky_inverse(L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """(L L^H)^-1 (U^-1 U^-H with ``upper``) from a Cholesky factor, like
+    ``torch.cholesky_inverse``: ``(*, n, n)``; only L's triangle is read.
+    Gradient: torch's."""
+    if not _dispatch.has_kernels(L) or L.dtype not in _dispatch.kernel_runtime(L).dtypes:
+        return _dispatch.TORCH.cholesky_inverse(L, upper, out=out)
+    _dispatch.TORCH.cholesky_inverse(L.to("meta"), upper)  # torch's errors
+    _checks.out_without_grad("cholesky_inverse", out, L)
+    X = _dispatch.call(torch.ops.mpslinalg.cholesky_inverse, _cholesky_inverse_body, L, upper, function=_CholeskyInverse)
+    return _checks.into(out, X)
