@@ -220,7 +220,23 @@ def _cholesky_solve_backward(ctx, gX):
 
 
 _cholesky_solve_op.register_autograd(_cholesky_solve_backward, setup_context=_cholesky_solve_setup)
-_CholeskySolve = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.cholesky_solve, _cholesky_solve_setup, _cholesky_solve_backward)
+
+
+def _cholesky_solve_jvp(ctx, dB, dL, _upper):
+    """torch's cholesky_solve_jvp: dX = A^-1 (dB - dA X) with dA = dL L^H + L dL^H
+    (dU^H U + U^H dU where ``upper``). Explicit: the backward's own cholesky_solve would
+    make the transposed VJP recurse."""
+    L, X = ctx.saved_tensors
+    rhs = torch.zeros_like(X) if dB is None else dB
+    if dL is not None:
+        lower, d_lower = _lower(L, ctx.upper), _lower(dL, ctx.upper)
+        rhs = rhs - (d_lower @ (lower.mH @ X) + lower @ (d_lower.mH @ X))
+    return _cholesky_solve(rhs, L, ctx.upper)
+
+
+_CholeskySolve = _dispatch.with_transposed_jvp(
+    torch.ops.mpslinalg.cholesky_solve, _cholesky_solve_setup, _cholesky_solve_backward, jvp=_cholesky_solve_jvp
+)
 
 
 def _cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool) -> torch.Tensor:
@@ -302,12 +318,12 @@ def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = Fa
         ``(L, info)``: ``info`` (int32, batch shape) is 0 for success, else the
         order of the first leading minor that is not positive definite (NaN
         counts as not positive, as LAPACK's test); L's columns before that
-        order are then the factor's and the rest is partial, as LAPACK's. No
-        host synchronisation.
+        order are then the factor's, the rest unspecified (LAPACK's is partly
+        factored too). No host synchronisation.
 
     Gradients (reverse and forward mode) are torch's.
     """
-    if not _kernels_apply("linalg.cholesky_ex", A):
+    if not _kernels_apply("linalg.cholesky", A):  # torch's checks name cholesky
         return _dispatch.TORCH.cholesky_ex(A, upper=upper, check_errors=check_errors, out=out)
     _checks.out_without_grad("linalg_cholesky_ex", out, A)
     L, info = _cholesky_ex(A, upper, "linalg.cholesky_ex" if check_errors else "")
@@ -325,13 +341,33 @@ def cholesky(A: torch.Tensor, *, upper: bool = False, out: torch.Tensor | None =
     return _checks.into(out, _cholesky_ex(A, upper, "linalg.cholesky")[0])
 
 
+def _check_cholesky_solve(B: torch.Tensor, L: torch.Tensor) -> None:
+    """torch.cholesky_solve's errors, in its order (torch names B "b" and L "u" or "A")."""
+    for name, X in (("b", B), ("u", L)):
+        if X.dim() < 2:
+            raise RuntimeError(f"{name} should have at least 2 dimensions, but has {X.dim()} dimensions instead")
+    if B.dtype != L.dtype:
+        raise RuntimeError(
+            f"Expected b and A to have the same dtype, but found b of type {_checks.type_name(B.dtype)} "
+            f"and A of type {_checks.type_name(L.dtype)} instead."
+        )
+    if L.shape[-1] != L.shape[-2]:
+        raise RuntimeError(f"A must be batches of square matrices, but they are {L.shape[-2]} by {L.shape[-1]} matrices")
+    if L.shape[-1] != B.shape[-2]:
+        raise RuntimeError(
+            f"Incompatible matrix sizes for cholesky_solve: each A matrix is {L.shape[-1]} by {L.shape[-1]} "
+            f"but each b matrix is {B.shape[-2]} by {B.shape[-1]}"
+        )
+    _checks.broadcast_batch(B.shape[:-2], L.shape[:-2])
+
+
 def cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """X = A^-1 B for A = L L^H (A = U^H U with ``upper``), like ``torch.cholesky_solve``:
     B ``(*, n, k)``, L ``(*, n, n)`` (only its triangle is read), batch dims
     broadcast. Gradients are torch's, in B and in L (not projected on the triangle)."""
     if not (_dispatch.has_kernels(L, B) and L.dtype in _dispatch.kernel_runtime(L).dtypes):
         return _dispatch.TORCH.cholesky_solve(B, L, upper, out=out)
-    _dispatch.TORCH.cholesky_solve(B.to("meta"), L.to("meta"), upper)  # torch's errors
+    _check_cholesky_solve(B, L)
     _checks.out_without_grad("cholesky_solve", out, B, L)
     return _checks.into(out, _cholesky_solve(B, L, upper))
 
@@ -342,7 +378,7 @@ def cholesky_inverse(L: torch.Tensor, upper: bool = False, *, out: torch.Tensor 
     Gradient: torch's."""
     if not _dispatch.has_kernels(L) or L.dtype not in _dispatch.kernel_runtime(L).dtypes:
         return _dispatch.TORCH.cholesky_inverse(L, upper, out=out)
-    _dispatch.TORCH.cholesky_inverse(L.to("meta"), upper)  # torch's errors
+    _checks.square("cholesky_inverse", L)
     _checks.out_without_grad("cholesky_inverse", out, L)
     X = _dispatch.call(torch.ops.mpslinalg.cholesky_inverse, _cholesky_inverse_body, L, upper, function=_CholeskyInverse)
     return _checks.into(out, X)
