@@ -2,15 +2,20 @@
 
 H, the Hermitian matrix of the triangle read (the diagonal's real part, as
 LAPACK's ssyevd / cheevd), is scaled by a power of two (exact: inputs near
-the ends of the float range neither overflow nor underflow) and shifted to
-B = H + sigma I, sigma >= 0 the smallest that Gershgorin's theorem proves makes
-B positive semidefinite (0 for a diagonally dominant positive-definite H,
-such as most covariances). A positive-semidefinite B's SVD is its
-eigendecomposition: B = V diag(s) V^H, and H's eigenvalues are s - sigma. The
-SVD is the SVD family's one-sided Jacobi (``metal/svd.metal``, LAPACK's
-sgesvj): V is the product of its rotations, orthonormal to working
-precision; the eigenvalues have an absolute error of a few eps ||H||
-(relative accuracy where sigma = 0). Eigenvalues are ascending; each
+the ends of the float range neither overflow nor underflow) and then
+decomposed by the SVD family's one-sided Jacobi (``metal/svd.metal``, LAPACK's
+sgesvj), whose V is the product of its rotations, orthonormal to working
+precision:
+
+- positive definite H (its Cholesky factorization H = L L^H completes:
+  covariances, Gram matrices): L^H = U S V^H, so H = V S^2 V^H, Veselic and
+  Hari's method, which keeps the eigenvalues' relative accuracy where a
+  diagonal scaling makes H well conditioned (LAPACK's have only n eps ||H||);
+- else B = H + sigma I, sigma the smallest shift that Gershgorin's theorem
+  proves positive semidefinite: B = V S V^H, and the eigenvalues S - sigma
+  have an absolute error of a few eps ||H||, as LAPACK's.
+
+Non-finite input gives NaN. Eigenvalues are ascending; each
 eigenvector is unique up to its sign (a phase for complex matrices), and
 repeated eigenvalues' up to a unitary mix of their eigenspace: as torch,
 mpslinalg does not normalise them.
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, svd_family
+from . import _checks, _dispatch, cholesky_family, svd_family
 
 
 def _hermitian(A: torch.Tensor, upper: bool) -> torch.Tensor:
@@ -46,14 +51,19 @@ def _eigen(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
     e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
     down = svd_family._power_of_two(-e, real)
     H = H * (down[0] * down[1])[:, None, None]
+    L, info = cholesky_family._cholesky_ex_body(H, False, "")
+    definite = (info == 0)[:, None, None]
     diagonal = H.diagonal(dim1=-2, dim2=-1).real
     radius = H.abs().sum(-1) - diagonal.abs()  # Gershgorin: every eigenvalue >= a_ii - radius_i
     sigma = torch.clamp(radius - diagonal, min=0).amax(-1)
-    B = H + torch.diag_embed(sigma[:, None].expand(count, n).to(H.dtype))
-    _, S, Vh = svd_family._svd_body(B, False)
-    up = svd_family._power_of_two(e, real)
-    w = (S.flip(-1) - sigma[:, None]) * (up[0] * up[1])[:, None]
+    shifted = H + torch.diag_embed(sigma[:, None].expand(count, n).to(H.dtype))
+    # H = L L^H = V S^2 V^H where L^H = U S V^H; else H + sigma I = V S V^H.
+    _, S, Vh = svd_family._svd_body(torch.where(definite, L.mH, shifted), False)
+    S = S.flip(-1)
+    half = svd_family._power_of_two(e, real)  # 2^e as two factors, one for each S of S^2
+    w = torch.where(definite[..., 0], (S * half[0][:, None]) * (S * half[1][:, None]), (S - sigma[:, None]) * (half[0] * half[1])[:, None])
     V = Vh.mH.flip(-1)
+    V = torch.where(torch.isnan(w).any(-1)[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
     return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape)
 
 
@@ -196,7 +206,7 @@ def eigh(A: torch.Tensor, UPLO: str = "L", *, out=None):
 def eigvalsh(A: torch.Tensor, UPLO: str = "L", *, out=None) -> torch.Tensor:
     """The eigenvalues of Hermitian matrices, ascending, like ``torch.linalg.eigvalsh``.
     Its gradient takes the eigenvectors, so a differentiable call runs ``eigh``."""
-    if not _kernels_apply("linalg.eigvalsh", A, UPLO):
+    if not _kernels_apply("linalg.eigh", A, UPLO):  # torch's checks name eigh
         return _dispatch.TORCH.eigvalsh(A, UPLO=UPLO, out=out)
     _checks.out_without_grad("_linalg_eigh", out, A)
     if _differentiable(A):

@@ -1,0 +1,223 @@
+"""eigh and eigvalsh against SciPy and torch, with LAPACK's ratios (ssyt21):
+||A - V diag(w) V^H||_1 / (n ||A||_1 eps) and ||I - V^H V||_1 / (n eps) below 15, and the
+eigenvalues within n ||A||_1 eps of SciPy's."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mpslinalg as LA
+from conftest import supported
+from mpslinalg import svd_family
+from mpslinalg.testing import THRESHOLD, eigh_ratios, hermitian_batch
+
+DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
+rng = np.random.default_rng(31)
+# svd_tiny's n <= 3, svd_pairs' N = 8, 16, 32 (complex: 16) below and at N, svd_jacobi past them.
+SIZES = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 65]
+
+
+def with_junk(A: torch.Tensor, upper: bool) -> torch.Tensor:
+    """A with the triangle that is not read, and the diagonal's imaginary part, filled with junk."""
+    junk = torch.from_numpy(rng.standard_normal(A.shape) * 1e3).to(A.dtype)
+    if A.is_complex():
+        junk = junk * (1 + 1j)
+    skipped = torch.tril(junk, -1) if upper else torch.triu(junk, 1)
+    if A.is_complex():
+        skipped = skipped + torch.diag_embed(1j * junk.diagonal(dim1=-2, dim2=-1).real)
+    return A + skipped
+
+
+def check_eigh(A, w, V, upper=False):
+    real = A.real.dtype if A.is_complex() else A.dtype
+    assert w.shape == A.shape[:-1] and w.dtype == real and V.shape == A.shape and V.dtype == A.dtype
+    w = w.cpu()
+    assert (w[..., :-1] <= w[..., 1:]).all()
+    ratios = eigh_ratios(A.cpu(), w, V.cpu(), upper)
+    assert max(ratios) < THRESHOLD, ratios
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("UPLO", ["L", "U"])
+def test_eigh_matches_lapack(device, n, UPLO, dtype):
+    supported(device, dtype)
+    A = torch.cat((hermitian_batch((2,), n, dtype, rng, cond=1e3), hermitian_batch((2,), n, dtype, rng, cond=1e3, definite=False)))
+    X = with_junk(A, UPLO == "U").to(device)
+    w, V = LA.eigh(X, UPLO=UPLO)
+    check_eigh(A, w, V)
+    torch.testing.assert_close(LA.eigvalsh(X, UPLO=UPLO), w, rtol=0, atol=0)
+
+
+def spectrum(kind: str, n: int, log_cond: float) -> np.ndarray:
+    """LAPACK's kinds of eigenvalue distributions, largest magnitude 1."""
+    cond = 10.0**log_cond
+    i = np.arange(n)
+    if kind == "graded":
+        return cond ** (-i / max(n - 1, 1))
+    if kind == "clustered":  # all but one at 1/cond (slatms MODE 1)
+        return np.where(i == 0, 1.0, 1 / cond)
+    if kind == "repeated":
+        return np.repeat([1.0, -0.5, 0.25], (n + 2) // 3)[:n]
+    if kind == "one tiny":  # slatms MODE 2
+        return np.where(i == n - 1, 1 / cond, 1.0)
+    return np.linspace(-1, 1, n)  # "indefinite"
+
+
+@given(
+    n=st.integers(0, 40), batch=st.sampled_from([(), (1,), (3,), (2, 2), (0,)]), complex_=st.booleans(),
+    kind=st.sampled_from(["graded", "clustered", "repeated", "one tiny", "indefinite"]), log_cond=st.floats(0, 6),
+    log_scale=st.floats(-35, 35), sign=st.sampled_from([1.0, -1.0]), upper=st.booleans(),
+)
+def test_eigh_spectra_and_scales(device, n, batch, complex_, kind, log_cond, log_scale, sign, upper):
+    dtype = torch.complex64 if complex_ else torch.float32
+    values = sign * 10.0**log_scale * spectrum(kind, n, log_cond)
+    A = hermitian_batch(batch, n, dtype, rng, eigenvalues=values)
+    w, V = LA.eigh(with_junk(A, upper).to(device), UPLO="U" if upper else "L")
+    check_eigh(A, w, V)
+
+
+def test_positive_definite_keeps_relative_accuracy(device):
+    """No shift where A is positive definite: a graded matrix's tiny eigenvalues keep their
+    relative accuracy (LAPACK's have only n eps ||A||)."""
+    d = 10.0 ** -np.arange(0, 24, 3, dtype=np.float64)
+    A = torch.from_numpy(np.diag(d) + 1e-3 * np.sqrt(np.outer(d, d)) * (np.ones((8, 8)) - np.eye(8))).float()
+    w = LA.eigvalsh(A.to(device)).cpu().double().numpy()
+    # The reference to 40 digits (LAPACK's in float64 has an absolute error of 1e-16).
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(40):
+        reference = np.array(sorted(float(x) for x in mpmath.mp.eigsy(mpmath.matrix(A.double().tolist()))[0]))
+    assert np.max(np.abs(w - reference) / reference) < 100 * torch.finfo(torch.float32).eps
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 40])
+def test_nonfinite_input_gives_nan(device, n):
+    for bad in (float("nan"), float("inf")):
+        A = torch.eye(n, device=device)
+        A[n - 1, 0] = bad
+        w, V = LA.eigh(A)
+        assert w.isnan().all() and V.isnan().all()
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 3), (2, 0, 0), (0, 0)])
+def test_empty_matches_torch(device, shape):
+    A = torch.zeros(shape)
+    for got, expected in zip(LA.eigh(A.to(device)), torch.linalg.eigh(A)):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert LA.eigvalsh(A.to(device)).shape == torch.linalg.eigvalsh(A).shape
+
+
+def test_errors_match_torch(device):
+    for A, kwargs in [(torch.ones(3), {}), (torch.ones(2, 3), {}), (torch.eye(2), {"UPLO": "X"}), (torch.ones(2, 3), {"UPLO": "X"}),
+                      (torch.eye(2, dtype=torch.int32), {})]:
+        for function in ("eigh", "eigvalsh"):
+            with pytest.raises((RuntimeError, NotImplementedError)) as expected:
+                getattr(torch.linalg, function)(A, **kwargs)
+            with pytest.raises(expected.type) as got:
+                getattr(LA, function)(A.to(device), **kwargs)
+            assert str(got.value).replace("cpu", "") == str(expected.value).replace("cpu", "")
+    torch.testing.assert_close(LA.eigvalsh(torch.eye(2, device=device), UPLO="u"), torch.ones(2, device=device))
+
+
+def test_views_and_out(device):
+    A = hermitian_batch((4,), 9, torch.complex64, rng)
+    for view in (A.mT, A.conj(), A[::2], torch.stack((A, A), -1)[..., 0]):
+        w, V = LA.eigh(view.to(device))
+        check_eigh(view.resolve_conj(), w, V)
+    w, V = torch.empty(0, device=device), torch.empty(0, dtype=A.dtype, device=device)
+    result = LA.eigh(A.to(device), out=(w, V))
+    assert result.eigenvalues.data_ptr() == w.data_ptr() and result.eigenvectors.data_ptr() == V.data_ptr()
+    out = torch.empty(0, device=device)
+    assert LA.eigvalsh(A.to(device), out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, w)
+
+
+def test_covariances_by_the_million_route(device, monkeypatch):
+    """3 x 3 matrices run svd_tiny, a thread a matrix; eigvalsh the same kernels."""
+    launched = []
+    real = svd_family.launch
+    monkeypatch.setattr(svd_family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    X = torch.from_numpy(rng.standard_normal((5000, 3, 10))).float()
+    A = (X @ X.mT).to(device)
+    w, V = LA.eigh(A)
+    assert launched == ["svd_tiny"]
+    check_eigh(A, w, V)
+
+
+# --- gradients ---
+
+
+def distinct(shape, n, dtype):
+    """Hermitian matrices with eigenvalues well apart: the eigenvectors' derivatives exist."""
+    return hermitian_batch(shape, n, dtype, rng, eigenvalues=np.linspace(-2, 3, n))
+
+
+def gauge_invariant(A):
+    w, V = LA.eigh(A)
+    return w, V.abs(), V @ torch.diag_embed(torch.arange(A.shape[-1], device=A.device).to(A.dtype)) @ V.mH
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize("n", [1, 3, 5, 20])
+def test_eigh_gradient(device, n, dtype):
+    supported(device, dtype)
+    A = distinct((2,), n, dtype).to(device).requires_grad_()
+    hermitian = lambda f: lambda A: f(A + A.mH)  # torch's gradcheck_wrapper_hermitian_input
+    assert torch.autograd.gradcheck(hermitian(gauge_invariant), (A,), fast_mode=n > 5)
+    assert torch.autograd.gradcheck(hermitian(LA.eigvalsh), (A,), fast_mode=n > 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+def test_gradients_and_tangents_match_torch(device, dtype):
+    supported(device, dtype)
+    A = distinct((3,), 6, dtype)
+    dA = torch.randn_like(A)
+    for ours, theirs in [(gauge_invariant, lambda A: (lambda w, V: (w, V.abs(), V @ torch.diag_embed(torch.arange(6).to(A.dtype)) @ V.mH))(*torch.linalg.eigh(A))),
+                         (LA.eigvalsh, torch.linalg.eigvalsh)]:
+        loss = lambda f: lambda A: sum(x.real.sum() + x.abs().square().sum() for x in (f(A) if isinstance(f(A), tuple) else (f(A),)))
+        torch.testing.assert_close(torch.func.grad(loss(ours))(A.to(device)).cpu(), torch.func.grad(loss(theirs))(A))
+        got, expected = torch.func.jvp(ours, (A.to(device),), (dA.to(device),))[1], torch.func.jvp(theirs, (A,), (dA,))[1]
+        for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+            torch.testing.assert_close(g.cpu(), e)
+    # The eigenvectors' own tangents, turned to torch's signs (phases).
+    w, V = torch.linalg.eigh(A)
+    (w_ours, V_ours), (dw, dV) = torch.func.jvp(LA.eigh, (A.to(device),), (dA.to(device),))
+    phase = (V_ours.cpu().mH @ V).diagonal(dim1=-2, dim2=-1)
+    phase = phase / phase.abs()
+    expected = torch.func.jvp(torch.linalg.eigh, (A,), (dA,))[1]
+    torch.testing.assert_close(dw.cpu(), expected[0])
+    torch.testing.assert_close(dV.cpu() * phase.unsqueeze(-2), expected[1])
+
+
+def test_phase_dependent_loss_raises_as_torch(device):
+    A = distinct((), 4, torch.complex128).to(device).requires_grad_()
+    w, V = LA.eigh(A)
+    with pytest.raises(RuntimeError, match="linalg_eigh_backward: The eigenvectors in the complex case are specified up to"):
+        V[0, 0].real.backward()
+
+
+def test_vmap_matches_torch(device):
+    A = distinct((3, 2), 5, torch.float64)
+    torch.testing.assert_close(torch.func.vmap(LA.eigvalsh)(A.to(device)).cpu(), torch.func.vmap(torch.linalg.eigvalsh)(A))
+    w, V = torch.func.vmap(LA.eigh)(A.to(device))
+    check_eigh(A, w, V)
+
+
+def test_compiles_without_graph_breaks(device, monkeypatch):
+    torch._dynamo.reset()
+    launched = []
+    real = svd_family.launch
+    monkeypatch.setattr(svd_family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    A = distinct((3,), 6, torch.float32).to(device).requires_grad_()
+
+    def f(A):
+        w, V = LA.eigh(A)
+        return w.sum() + (V @ V.mH).sum() + LA.eigvalsh(A.detach()).sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    y = compiled(A)
+    y.backward()
+    torch.testing.assert_close(y, f(A))
+    assert "svd_pairs" in launched, "the compiled graph runs the kernels"
