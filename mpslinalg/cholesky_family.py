@@ -155,7 +155,7 @@ def _cholesky_jvp(L: torch.Tensor, dA: torch.Tensor, upper: bool) -> torch.Tenso
     X = triangular._solve(L.mH, X, True, False, False)
     X = X.tril() - 0.5 * torch.diag_embed(X.diagonal(dim1=-2, dim2=-1))
     dL = L @ X
-    return dL.mH if upper else dL
+    return dL.mH.contiguous() if upper else dL  # laid out as the output
 
 
 def _cholesky_setup(ctx, inputs, output):

@@ -44,7 +44,7 @@ def _eigen(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
     count = H.shape[:-2].numel()
     real = H.real.dtype if H.is_complex() else H.dtype
     if count == 0 or n == 0:
-        return H.new_empty(H.shape[:-1], dtype=real), torch.eye(n, dtype=H.dtype, device=H.device).expand_as(H).contiguous()
+        return H.new_empty(H.shape[:-1], dtype=real), torch.empty_like(H)  # no elements
     H = H.view(count, n, n)
     largest = H.abs().amax(dim=(-2, -1))
     e = torch.frexp(largest).exponent
@@ -145,7 +145,7 @@ def _eigh_jvp(w, V, dA):
     dw = dP.diagonal(dim1=-2, dim2=-1)
     dw = dw.real if dw.is_complex() else dw
     dX = _with_diagonal(dP / _gaps(w).to(dP.dtype), torch.zeros_like(dw))
-    return dw, V @ dX
+    return dw.contiguous(), V @ dX  # forward mode wants tangents laid out as the outputs
 
 
 def _eigh_setup(ctx, inputs, output):

@@ -141,7 +141,10 @@ def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch
     if count == 0 or k == 0:
         U = torch.eye(m, m if full_matrices else k, dtype=A.dtype, device=A.device).expand(*batch, -1, -1)
         Vh = torch.eye(n if full_matrices else k, n, dtype=A.dtype, device=A.device).expand(*batch, -1, -1)
-        return U.contiguous(), A.new_zeros((*batch, k), dtype=real), Vh.contiguous()
+        # Copies: contiguous() of an expanded empty batch is the view itself, which an
+        # autograd.Function's output under forward mode may not be.
+        return U.clone(memory_format=torch.contiguous_format), A.new_zeros((*batch, k), dtype=real), Vh.clone(
+            memory_format=torch.contiguous_format)
     X = _checks.resolved(A.mH if wide else A).reshape(count, rows, columns)
     if rows == columns and _scales_itself(columns, A.dtype):
         U, S, Vh = _svd_square(X)

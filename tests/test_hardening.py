@@ -55,11 +55,17 @@ CALLS = {
     "pinv": lambda A, B: LA.pinv(A),
     "matrix_rank": lambda A, B: LA.matrix_rank(A).float(),
     "lstsq": lambda A, B: LA.lstsq(A, B).solution,
+    "cholesky": lambda A, B: LA.cholesky(A @ A.mT),
+    "cholesky_ex": lambda A, B: LA.cholesky_ex(A @ A.mT).L,
+    "cholesky_solve": lambda A, B: LA.cholesky_solve(B, A.tril()),
+    "cholesky_inverse": lambda A, B: LA.cholesky_inverse(A.tril()),
+    "eigh": lambda A, B: (lambda w, V: w.unsqueeze(-1) + V.abs())(*LA.eigh(A + A.mT)),
+    "eigvalsh": lambda A, B: LA.eigvalsh(A + A.mT),
     # four chunks of 16 (A's strictly lower part, padded) in the [B, T, H, BT] layout
     "solve_tril": lambda A, B: LA.solve_tril(0.1 * torch.nn.functional.pad(A.tril(-1), (0, 11, 0, 11)).reshape(1, 64, 1, 16)),
 }
 NOT_DIFFERENTIABLE = {"lu_factor_ex", "matrix_rank", "geqrf"}  # as in torch
-SYNCHRONISING = {"inv", "solve", "lu_factor", "logdet", "lu_solve", "matrix_rank"}  # check for singular input, or host values
+SYNCHRONISING = {"inv", "solve", "lu_factor", "logdet", "lu_solve", "matrix_rank", "cholesky"}  # check for singular input, or host values
 
 
 def test_every_public_function_is_in_the_table():

@@ -8,14 +8,14 @@ THRESHOLD * size * condition * eps of each other, relative to their magnitude: t
 backward-stable results of a problem of that size and condition number keep (the condition
 of each sample measured in float64, the singular values' gaps for singular vectors); and
 LAPACK's scaled residuals of our result (mpslinalg.testing's ratios), which do not depend on
-the condition, stay below THRESHOLD. Results that are not unique (the SVD's singular vectors)
-are compared through the invariant functions of them that torch's OpInfo differentiates
+the condition, stay below THRESHOLD. Results that are not unique (the SVD's singular vectors,
+eigh's eigenvectors) are compared through the invariant functions of them that torch's OpInfo differentiates
 (``output_process_fn_grad``). Where the OpInfo supports autograd, the gradients of a random
 linear function of those outputs, and where it supports forward mode their tangents along
 random directions, agree with torch's in the same way (in float64 and complex128).
-``error_inputs`` raise the OpInfo's error type with a message matching its regex. Differences
-from torch not fixed yet are listed with their reasons (FORWARD_MODE_RAISES) and asserted to
-be exactly those.
+``error_inputs`` raise the OpInfo's error type with a message matching its regex. Where
+torch's own derivative is wrong (TORCH_TANGENT_WRONG), ours is compared with a function of
+the same values whose derivative torch gets right, and torch's asserted to differ.
 """
 
 import importlib.util
@@ -31,7 +31,9 @@ import mpslinalg as LA
 from conftest import load_hypothesis_profile, require
 from mpslinalg.testing import (
     THRESHOLD,
+    cholesky_ratio,
     det_ratio,
+    eigh_ratios,
     eps,
     exact,
     general_solve_ratio,
@@ -259,6 +261,23 @@ def lstsq_condition(A: torch.Tensor, B: torch.Tensor) -> float:
     return float(np.max(k + k**2 * np.where(size > 0, r / np.where(size > 0, size, 1), 0)))
 
 
+def hermitian_read(s) -> torch.Tensor:
+    """The Hermitian matrix of the triangle that eigh and eigvalsh read (UPLO)."""
+    A = s.input.detach()
+    return lower_hermitian(A.mH if s.kwargs.get("UPLO", "L").upper() == "U" else A)
+
+
+def eigenvector_condition(A: torch.Tensor) -> float:
+    """max |lambda| over the smallest gap between eigenvalues, the largest over the batch:
+    how much eigenvectors and eigh's derivatives magnify an error in A."""
+    a = exact(A).reshape(A.shape[:-2].numel(), *A.shape[-2:])
+    if a.size == 0 or a.shape[-1] < 2:
+        return 1.0
+    w = np.linalg.eigvalsh(a)
+    with np.errstate(divide="ignore"):
+        return float(np.max(np.abs(w).max(-1) / np.diff(w, axis=-1).min(-1)))
+
+
 def shape_size(A: torch.Tensor) -> int:
     return max(*A.shape[-2:], 1)
 
@@ -296,6 +315,12 @@ CONDITIONING = {
     "linalg.matrix_rank.hermitian": lambda s: (1, 1.0),
     "linalg.lstsq": lambda s: (shape_size(s.input), lstsq_condition(s.input, s.args[0])),
     "linalg.lstsq.grad_oriented": lambda s: (shape_size(s.input), lstsq_condition(s.input, s.args[0])),
+    "linalg.eigh": lambda s: (shape_size(s.input), eigenvector_condition(hermitian_read(s))),
+    "linalg.eigvalsh": lambda s: (shape_size(s.input), eigenvector_condition(hermitian_read(s))),
+    "linalg.cholesky": lambda s: (shape_size(s.input), kappa(s.input)),
+    "linalg.cholesky_ex": lambda s: (shape_size(s.input), kappa(s.input)),
+    "cholesky_solve": lambda s: (shape_size(s.args[0]), kappa(s.args[0]) ** 2),
+    "cholesky_inverse": lambda s: (shape_size(s.input), kappa(s.input) ** 2),
 }
 
 
@@ -390,11 +415,16 @@ RATIOS = {
     "linalg.qr": lambda s, r: list(qr_ratios(s.input.detach(), r[0].detach(), r[1].detach())),
     "geqrf": geqrf_ratios,
     "linalg.svd": svd_outputs_ratios,
+    "linalg.cholesky": lambda s, r: [cholesky_ratio(s.input.detach(), r[0].detach(), s.kwargs.get("upper", False))],
+    "linalg.cholesky_ex": lambda s, r: [cholesky_ratio(s.input.detach(), r[0].detach(), s.kwargs.get("upper", False))],
+    "linalg.eigh": lambda s, r: list(eigh_ratios(s.input.detach(), r[0].detach(), r[1].detach(), s.kwargs.get("UPLO", "L").upper() == "U")),
+    "linalg.eigvalsh": lambda s, r: list(eigh_ratios(s.input.detach(), r[0].detach(), None, s.kwargs.get("UPLO", "L").upper() == "U")),
 }
 # Outputs that are not unique, compared through the functions of them that the OpInfo
 # differentiates (and through LAPACK's ratios) rather than directly: the singular vectors
-# (a phase per pair; U's columns past min(m, n) span a fixed space only).
-NOT_UNIQUE = {"linalg.svd"}
+# (a phase per pair; U's columns past min(m, n) span a fixed space only) and the
+# eigenvectors (a phase each). OpInfo id -> the output that is unique, compared directly.
+NOT_UNIQUE = {"linalg.svd": 1, "linalg.eigh": 0}
 
 
 def check_forward(op, sample, dtype, got, expected):
@@ -407,7 +437,8 @@ def check_forward(op, sample, dtype, got, expected):
     if op_id(op) in NOT_UNIQUE:
         assert_agree(outputs(sample.output_process_fn_grad(got)), outputs(sample.output_process_fn_grad(expected)),
                      tolerance, what)
-        assert_agree(got[1:2], expected[1:2], THRESHOLD * CONDITIONING[op_id(op)](sample)[0] * eps(dtype), what)
+        unique = NOT_UNIQUE[op_id(op)]
+        assert_agree(got[unique:unique + 1], expected[unique:unique + 1], THRESHOLD * CONDITIONING[op_id(op)](sample)[0] * eps(dtype), what)
         assert all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(got, expected)), what
     elif op.name == "linalg.lstsq":
         check_lstsq(sample, dtype, got, expected, tolerance, what)
@@ -515,23 +546,22 @@ def with_zeros(values: tuple, like: tuple) -> tuple:
     return tuple(torch.zeros_like(t) if v is None else v for v, t in zip(values, like))
 
 
-def empty_batch_of_nonempty_matrices(sample, results) -> bool:
-    """No matrices in the batch, and a result whose matrix part has elements."""
-    batch = sample.input.dim() - 2
-    return batch > 0 and sample.input.shape[:batch].numel() == 0 and any(r.shape[batch:].numel() for r in results)
+# A difference from torch that these samples find and that is not mpslinalg's to fix is
+# listed with what differs and asserted to be exactly that (so that its fix fails here
+# and the entry goes), while the rest of the sample is compared as usual.
 
 
-# A difference from torch that these samples find and that is not fixed yet is listed
-# with what differs and asserted to be exactly that (so that its fix fails here and the
-# entry goes), while the rest of the sample is compared as usual.
-#
-# OpInfo id -> (the samples whose forward mode raises in mpslinalg where torch's returns,
-# given the sample and torch's results; the error).
-FORWARD_MODE_RAISES = {
-    "linalg.svd": (empty_batch_of_nonempty_matrices,
-                   "svd_family: dual tensors of an empty batch (0 x m x n) whose U, S or Vh has elements raise torch's "
-                   "'!this_view_meta->has_fw_view() INTERNAL ASSERT FAILED' in the autograd.Function"),
-    "linalg.svdvals": (empty_batch_of_nonempty_matrices, "svd_family: as linalg.svd's, for S"),
+def cholesky_inverse_by_definition(L, upper=False, *, out=None):
+    """(L L^H)^-1 (U^H U for ``upper``) by torch.linalg.inv, whose JVP is right."""
+    return torch.linalg.inv(L.mH @ L if upper else L @ L.mH)
+
+
+# OpInfo id -> (a function with the same values whose tangents torch gets right, what is
+# wrong with torch's own): ours are compared with that function's, and torch's asserted to
+# differ from them (so that torch's fix fails here and the entry goes).
+TORCH_TANGENT_WRONG = {
+    "cholesky_inverse": (cholesky_inverse_by_definition,
+                         "pytorch/pytorch#196682: torch's JVP is -X dL X L^H + its adjoint for -X dL L^H X + its adjoint"),
 }
 
 
@@ -573,14 +603,17 @@ def test_forward_mode_matches_torch(op, dtype):
     for sample in samples(op, dtype, requires_grad=False):
         what = Where(op, dtype, "tangents", sample)
         expected = tangents(op, sample, op.op)
+        if op_id(op) in TORCH_TANGENT_WRONG:
+            reference, difference = TORCH_TANGENT_WRONG[op_id(op)]
+            torchs, expected = expected, tangents(op, sample, reference)
+            if torchs[0] == "returned" and any(t.numel() for t in torchs[1]):
+                assert not all(torch.allclose(x, y) for x, y in zip(torchs[1], expected[1])), (what, difference)
         with LA.use_backend("opencl"):
             got = tangents(op, sample, function)
-        results = outputs(op.op(sample.input, *sample.args, **sample.kwargs))
-        raises, difference = FORWARD_MODE_RAISES.get(op_id(op), (lambda *_: False, ""))
-        if raises(sample, results):
-            assert expected[0] == "returned" and got[0] == "raised" and "has_fw_view" in got[2], (what, difference)
-            continue
-        check_derivatives(op, sample, dtype, got, expected, outputs(sample.output_process_fn_grad(results)), what)
+        result = op.op(sample.input, *sample.args, **sample.kwargs)
+        # output_process_fn_grad takes the result as the function returns it (eigvalsh's
+        # tells eigh's tuple from its tensor).
+        check_derivatives(op, sample, dtype, got, expected, outputs(sample.output_process_fn_grad(result)), what)
 
 
 @pytest.mark.parametrize("op", [op for op in OPS if op.error_inputs_func is not None], ids=op_id)
