@@ -8,8 +8,8 @@ leaves the device time alone. Effective bandwidth counts each input byte read
 once and each output byte written once; the fraction is of the device's
 memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
 
-Families: inv, triangular, lu, qr, svd. Peers, where importable: CuPy
-(``cupy.linalg.inv``), JAX (``jnp.linalg.qr``, ``svd``), fla-core
+Families: inv, triangular, lu, qr, svd, cholesky, eigh. Peers, where importable: CuPy
+(``cupy.linalg.inv``), JAX (``jnp.linalg.qr``, ``svd``, ``eigh``), fla-core
 (``fla.ops.utils.solve_tril``) and kornia (``inverse_transformation`` of rigid
 poses). A table per family goes to stdout (``--markdown``, ``--json``: also to
 files); progress goes to stderr.
@@ -46,6 +46,10 @@ BASELINES = (
     "torch.linalg.qr",
     "torch.geqrf",
     "torch.linalg.svd",
+    "torch.linalg.cholesky",
+    "torch.linalg.cholesky_ex",
+    "torch.linalg.eigh",
+    "torch.linalg.eigvalsh",
 )
 
 # Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
@@ -437,7 +441,71 @@ def bench_svd(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
-FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd}
+def _runs(call: Callable) -> bool:
+    """Whether ``call`` completes: torch.linalg.eigh of 2^20 3x3 matrices asks the H200
+    for 265 GiB."""
+    try:
+        call()
+        return True
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return False
+
+
+def bench_eigh(device: torch.device, batch: int) -> list[Result]:
+    """eigh and eigvalsh on 2^20 3x3 covariances, 10^4 small matrices and single large
+    ones, against torch.linalg and, where importable, JAX's jnp.linalg.eigh. Bytes: A
+    read, the eigenvalues and eigenvectors written."""
+    results = []
+    small = device.type == "cpu"
+    cases = [(2**20, 3), (10_000, 8), (10_000, 32), (10_000, 64)] + ([] if small else [(1, 1024), (1, 4096)])
+    jax_eigh = _jax(torch.randn(4, 8, 8, device=device), "eigh") if device.type == "cuda" else None
+    for dtype in (torch.float32, torch.complex64):
+        kind = str(dtype).removeprefix("torch.")
+        for count, n in cases:
+            count = min(count, 256) if small else count
+            X = torch.randn(count, n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
+            A = X @ X.mH / n if n == 3 else X + X.mH  # covariances; else indefinite
+            item = A.element_size()
+            nbytes = 2 * A.numel() * item + count * n * item // (2 if dtype.is_complex else 1)
+            rows = [("mpslinalg.eigh", lambda: LA.eigh(A), nbytes), ("mpslinalg.eigvalsh", lambda: LA.eigvalsh(A), nbytes)]
+            if _runs(lambda: torch.linalg.eigh(A)):
+                rows += [("torch.linalg.eigh", lambda: torch.linalg.eigh(A), nbytes),
+                         ("torch.linalg.eigvalsh", lambda: torch.linalg.eigvalsh(A), nbytes)]
+            if jax_eigh is not None:
+                rows.append(("jax.numpy.linalg.eigh", lambda: jax_eigh(A), nbytes))
+            shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
+            # torch's batched eigh takes seconds at 64x64: one call each, no graphs.
+            slow = count * n >= 10_000 * 64 or n >= 4096
+            timing = {"loop": 1, "repeats": 1, "warmup": 1} if slow else {"loop": 3, "repeats": 3}
+            results += measure("eigh", f"{shape} {kind}", rows, device, graph=not slow, **timing)
+    return results
+
+
+def bench_cholesky(device: torch.device, batch: int) -> list[Result]:
+    """cholesky (and cholesky_ex) on 10^4 small matrices and single large ones, against
+    torch.linalg.cholesky. Bytes: A read, L written."""
+    results = []
+    cases = [(10_000, 8), (10_000, 64)] + ([] if device.type == "cpu" else [(1, 1024), (1, 4096)])
+    for dtype in (torch.float32, torch.complex64):
+        kind = str(dtype).removeprefix("torch.")
+        for count, n in cases:
+            X = torch.randn(count, n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
+            A = X @ X.mH / n + torch.eye(n, dtype=dtype, device=device)
+            nbytes = 2 * A.numel() * A.element_size()
+            rows = [
+                ("mpslinalg.cholesky_ex", lambda: LA.cholesky_ex(A), nbytes),
+                ("torch.linalg.cholesky_ex", lambda: torch.linalg.cholesky_ex(A), nbytes),
+                ("mpslinalg.cholesky", lambda: LA.cholesky(A), nbytes),
+                ("torch.linalg.cholesky", lambda: torch.linalg.cholesky(A), nbytes),
+            ]
+            shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
+            results += measure("cholesky", f"{shape} {kind}", rows, device, loop=5, repeats=5)
+    return results
+
+
+FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd,
+            "cholesky": bench_cholesky, "eigh": bench_eigh}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:

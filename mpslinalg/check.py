@@ -108,6 +108,8 @@ def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
         results += _lu_rows(device, dtype, rng)
         results += _qr_rows(device, dtype, rng)
         results += _svd_rows(device, dtype, rng)
+        results += _cholesky_rows(device, dtype, rng)
+        results += _eigh_rows(device, dtype, rng)
         singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
         _, seconds = _timed(device, lambda: LA.inv_ex(singular))
         results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
@@ -227,6 +229,48 @@ def _svd_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
     return results
 
 
+def _cholesky_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+    """cholesky (spot01), cholesky_solve (spot02) and cholesky_inverse (spot03's
+    ||I - X A||_1 / (n ||A||_1 ||X||_1 eps)) on the kernel's sizes and the recursion."""
+    results = []
+    name = str(dtype).removeprefix("torch.")
+    for count, n in [(1000, 3), (500, 8), (200, 64), (4, 200)]:
+        A = testing.hermitian_batch((count,), n, dtype, rng, cond=1e3).to(device)
+        via = "small kernel" if n <= 64 else "recursive"
+        shape = f"{count}x{n}x{n}"
+        for upper in (False, True):
+            L, seconds = _timed(device, lambda: LA.cholesky(A, upper=upper))
+            results.append(Row("cholesky", name, shape + (" upper" if upper else ""), testing.cholesky_ratio(A, L, upper),
+                               testing.THRESHOLD, seconds, via))
+        L = LA.cholesky(A)
+        A = L @ L.mH  # the matrix L stands for, as stored
+        B = _normal(rng, (count, n, 8), dtype).to(device)
+        X, seconds = _timed(device, lambda: LA.cholesky_solve(B, L))
+        results.append(Row("cholesky_solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
+        X, seconds = _timed(device, lambda: LA.cholesky_inverse(L))
+        results.append(Row("cholesky_inverse", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
+    return results
+
+
+def _eigh_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+    """eigh: ssyt21's residual and orthogonality, the eigenvalues against SciPy's, on
+    positive-definite and indefinite matrices; eigvalsh's eigenvalues."""
+    results = []
+    name = str(dtype).removeprefix("torch.")
+    for count, n in [(4096, 3), (500, 8), (50, 32), (20, 64), (2, 100)]:
+        for definite in (True, False):
+            A = testing.hermitian_batch((count,), n, dtype, rng, cond=1e3, definite=definite).to(device)
+            via = "a thread" if n <= 3 else "registers" if svd_family._pair_size(n, dtype) else "threadgroup"
+            shape = f"{count}x{n}x{n} " + ("definite" if definite else "indefinite")
+            (w, V), seconds = _timed(device, lambda: LA.eigh(A))
+            ratios = testing.eigh_ratios(A, w, V)
+            for what, ratio in zip(("residual", "orthogonality", "eigenvalues"), ratios):
+                results.append(Row("eigh", name, f"{shape} {what}", ratio, testing.THRESHOLD, seconds, via))
+            w, seconds = _timed(device, lambda: LA.eigvalsh(A))
+            results.append(Row("eigvalsh", name, shape, testing.eigh_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via))
+    return results
+
+
 def main() -> int:
     name, device, selected = best_runtime()
     with selected:
@@ -314,6 +358,8 @@ def _square_calls(rng, A: torch.Tensor, B: torch.Tensor) -> Iterator[Call]:
     yield "tril_inverse", shape, lambda: testing.inv_ratio(L, LA.tril_inverse(L))
     yield "qr", shape, lambda: max(testing.qr_ratios(A, *LA.qr(A)))
     yield "qr", f"{shape} stacked twice, complete", lambda: max(testing.qr_ratios(tall, *LA.qr(tall, mode="complete")))
+    P = testing.hermitian_batch((batch,), n, A.dtype, rng).to(A.device)  # positive definite, condition 10
+    yield "cholesky", shape, lambda: testing.cholesky_ratio(P, LA.cholesky(P))
     yield "svd", shape, lambda: max(testing.svd_ratios(A, *LA.svd(A)))
     yield "svd", f"{shape} stacked twice, full", lambda: max(testing.svd_ratios(tall, *LA.svd(tall, full_matrices=True)))
     if n:
