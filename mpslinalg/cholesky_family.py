@@ -381,4 +381,4 @@ def cholesky_inverse(L: torch.Tensor, upper: bool = False, *, out: torch.Tensor 
     _checks.square("cholesky_inverse", L)
     _checks.out_without_grad("cholesky_inverse", out, L)
     X = _dispatch.call(torch.ops.mpslinalg.cholesky_inverse, _cholesky_inverse_body, L, upper, function=_CholeskyInverse)
-    return _checks.into(out, X)
+    return _checks.into(out, X, castable=("cholesky_inverse", "result"))

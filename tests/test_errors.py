@@ -51,8 +51,16 @@ FUNCTIONS = {
     "pinv": (LA.pinv, torch.linalg.pinv, lambda A: (A,)),
     "matrix_rank": (LA.matrix_rank, torch.linalg.matrix_rank, lambda A: (A,)),
     "lstsq": (LA.lstsq, torch.linalg.lstsq, lambda A: (A, torch.ones(*A.shape[:-1], 2, dtype=A.dtype))),
+    "cholesky": (LA.cholesky, torch.linalg.cholesky, lambda A: (A @ A.mH,)),
+    "cholesky_ex": (LA.cholesky_ex, torch.linalg.cholesky_ex, lambda A: (A @ A.mH,)),
+    "cholesky_solve": (lambda L, B: LA.cholesky_solve(B, L), lambda L, B: torch.cholesky_solve(B, L),
+                       lambda A: (A.tril(), torch.ones(*A.shape[:-1], 2, dtype=A.dtype))),
+    "cholesky_inverse": (LA.cholesky_inverse, torch.cholesky_inverse, lambda A: (A.tril(),)),
+    "eigh": (LA.eigh, torch.linalg.eigh, lambda A: (A,)),
+    "eigvalsh": (LA.eigvalsh, torch.linalg.eigvalsh, lambda A: (A,)),
 }
-SQUARE_ONLY = {"inv", "inv_ex", "det", "slogdet", "logdet", "solve", "solve_ex", "solve_triangular"}
+SQUARE_ONLY = {"inv", "inv_ex", "det", "slogdet", "logdet", "solve", "solve_ex", "solve_triangular", "cholesky", "cholesky_ex",
+               "cholesky_solve", "cholesky_inverse", "eigh", "eigvalsh"}
 
 # class of bad input -> the functions it applies to and a builder of the bad arguments
 BAD_INPUTS = {
@@ -62,13 +70,15 @@ BAD_INPUTS = {
         a.to(torch.int32) if torch.is_tensor(a) else a for a in FUNCTIONS[name][2](square(3)))),
     "half precision": (set(FUNCTIONS), lambda name: tuple(
         a.to(torch.float16) if torch.is_tensor(a) else a for a in FUNCTIONS[name][2](square(3)))),
-    "mixed dtypes": ({"solve", "solve_ex", "solve_triangular", "lstsq"}, lambda name: (
+    "mixed dtypes": ({"solve", "solve_ex", "solve_triangular", "lstsq", "cholesky_solve"}, lambda name: (
         square(3), torch.ones(3, 2, dtype=torch.float64))),
-    "mismatched right-hand side": ({"solve", "solve_ex", "solve_triangular", "lstsq"}, lambda name: (
+    "mismatched right-hand side": ({"solve", "solve_ex", "solve_triangular", "lstsq", "cholesky_solve"}, lambda name: (
         square(2, 3, 3), torch.ones(2, 4, 2))),
-    "batches mismatched twice": ({"solve", "solve_ex", "solve_triangular", "lstsq", "lu_solve"}, lambda name: (
+    "batches mismatched twice": ({"solve", "solve_ex", "solve_triangular", "lstsq", "lu_solve", "cholesky_solve"}, lambda name: (
         FUNCTIONS[name][2](square(2, 3, 3, 3))[:-1] + (torch.ones(4, 5, 3, 1),))),
     "singular": ({"inv", "solve"}, lambda name: FUNCTIONS[name][2](torch.zeros(2, 3, 3))),
+    "not positive definite": ({"cholesky"}, lambda name: (-square(2, 3, 3).mT @ square(2, 3, 3),)),
+    "UPLO neither L nor U": ({"eigh", "eigvalsh"}, lambda name: (square(3), "X")),
     "right-hand side of two more dimensions": ({"lstsq"}, lambda name: (square(3), torch.ones(4, 3, 1))),
     "right-hand side of two fewer dimensions": ({"lstsq"}, lambda name: (square(2, 3, 3), torch.ones(3))),
 }
