@@ -363,3 +363,39 @@ def test_pinv_hermitian(A, hermitian):
     ours, theirs = both(lambda A: LA.pinv(A, hermitian=hermitian), lambda A: torch.linalg.pinv(A, hermitian=hermitian), A)
     read = svd_family._hermitian_from_lower(A) if hermitian else A
     agree(f"pinv(hermitian={hermitian})", ours, theirs, lambda X: penrose_ratio(read, X), A)
+
+
+@given(matrices(), st.sampled_from(("L", "U")))
+def test_eigh_and_eigvalsh(A, UPLO):
+    require("opencl")
+    upper = UPLO == "U"
+    ours, theirs = both(lambda A: LA.eigh(A, UPLO=UPLO), lambda A: torch.linalg.eigh(A, UPLO=UPLO), A)
+    agree("eigh", ours, theirs, lambda r: max(testing.eigh_ratios(A, r.eigenvalues, r.eigenvectors, upper)), A)
+    ours, theirs = both(lambda A: LA.eigvalsh(A, UPLO=UPLO), lambda A: torch.linalg.eigvalsh(A, UPLO=UPLO), A)
+    agree("eigvalsh", ours, theirs, lambda w: testing.eigh_ratios(A, w, None, upper)[2], A)
+
+
+@given(matrices(), st.booleans())
+def test_cholesky_ex_of_gram_matrices(A, upper):
+    """cholesky_ex of A A^H (positive semidefinite; definite unless A is singular): where
+    ours completes (info 0) spot01 holds; where torch's completes on a matrix that is not
+    numerically singular, ours completes too; a NaN it reads never completes."""
+    require("opencl")
+    P = A @ A.mH
+    ours, theirs = both(lambda P: LA.cholesky_ex(P, upper=upper), lambda P: torch.linalg.cholesky_ex(P, upper=upper), P)
+    assert ours[0] == theirs[0] == "returned", (ours, theirs)
+    (L, info), expected = ours[1], theirs[1].info
+    assert info.shape == expected.shape and info.dtype == expected.dtype
+    if torch.isnan(P).any():  # a NaN in what is read: the triangle, the diagonal's real part
+        triangle = P.triu(1) if upper else P.tril(-1)
+        diagonal = P.diagonal(dim1=-2, dim2=-1)
+        read = torch.isnan(triangle).flatten(-2).any(-1) | torch.isnan(diagonal.real if P.is_complex() else diagonal).any(-1)
+        assert (info[read] > 0).all()
+        return
+    if not torch.isfinite(P).all() or subnormal(P):
+        return
+    done = info == 0
+    if done.any():
+        assert testing.cholesky_ratio(P[done], L[done], upper) < testing.THRESHOLD
+    if not numerically_singular(P):
+        assert (done | (expected > 0)).all(), (info, expected)
