@@ -65,18 +65,22 @@ def resolved(A: torch.Tensor) -> torch.Tensor:
     return A.resolve_conj().resolve_neg().contiguous()
 
 
-def raise_if_singular(api: str, info: torch.Tensor, batched: bool) -> None:
-    """torch.linalg.LinAlgError for the first matrix whose info > 0 (synchronises with the device)."""
+def raise_for_first_failure(api: str, info: torch.Tensor, batched: bool, reason) -> None:
+    """torch.linalg.LinAlgError for the first matrix whose info > 0, as torch words it:
+    "{api}: (Batch element i): {reason(info)}" (synchronises with the device)."""
     flat = info.reshape(-1)
     failed = torch.nonzero(flat > 0)
     if failed.numel() == 0:
         return
     index = int(failed[0, 0])
     prefix = f"(Batch element {index}): " if batched else ""
-    raise torch.linalg.LinAlgError(
-        f"{api}: {prefix}The diagonal element {int(flat[index])} is zero, "
-        "the inversion could not be completed because the input matrix is singular."
-    )
+    raise torch.linalg.LinAlgError(f"{api}: {prefix}{reason(int(flat[index]))}")
+
+
+def raise_if_singular(api: str, info: torch.Tensor, batched: bool) -> None:
+    """The error of inv, solve and lu_factor for the first matrix with a zero pivot."""
+    raise_for_first_failure(api, info, batched, lambda order: (
+        f"The diagonal element {order} is zero, the inversion could not be completed because the input matrix is singular."))
 
 
 # torch's out= messages print dtypes with c10's names.

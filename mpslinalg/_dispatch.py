@@ -18,6 +18,7 @@ import warnings
 import torch
 from torch.autograd import forward_ad
 
+from . import _checks
 from .runtimes import RUNTIMES, KernelUnavailable, Runtime, Status
 
 # torch's own implementations of the functions mpslinalg stands in for, bound once
@@ -69,6 +70,18 @@ def has_kernels(tensor: torch.Tensor, *others: torch.Tensor) -> bool:
     for tensors on two devices."""
     runtime = kernel_runtime(tensor)
     return runtime is not None and tensor.dtype in runtime.dtypes and all(o.device == tensor.device for o in others)
+
+
+def square_kernels_apply(api: str, A: torch.Tensor) -> bool:
+    """Whether square matrices A run on mpslinalg's kernels (a runtime for A's device that
+    has kernels of its dtype); where a runtime serves the device, raises torch.linalg's
+    errors (``api``'s) for A that is not a batch of square floating matrices."""
+    runtime = kernel_runtime(A)
+    if runtime is None:
+        return False
+    _checks.square(api, A)
+    _checks.floating(api, A)
+    return A.dtype in runtime.dtypes
 
 
 # Probing a runtime is not traceable; under torch.compile the choice is made

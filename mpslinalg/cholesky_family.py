@@ -77,17 +77,10 @@ def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:
-    """torch.linalg.LinAlgError for the first matrix with info > 0 (synchronises with the device)."""
-    flat = info.reshape(-1)
-    failed = torch.nonzero(flat > 0)
-    if failed.numel() == 0:
-        return
-    index = int(failed[0, 0])
-    prefix = f"(Batch element {index}): " if batched else ""
-    raise torch.linalg.LinAlgError(
-        f"{api}: {prefix}The factorization could not be completed because the input is not positive-definite "
-        f"(the leading minor of order {int(flat[index])} is not positive-definite)."
-    )
+    """cholesky's error for the first matrix that is not positive definite."""
+    _checks.raise_for_first_failure(api, info, batched, lambda order: (
+        "The factorization could not be completed because the input is not positive-definite "
+        f"(the leading minor of order {order} is not positive-definite)."))
 
 
 # --- custom ops ---
@@ -287,16 +280,6 @@ _CholeskyInverse = _dispatch.with_transposed_jvp(
 # --- public functions ---
 
 
-def _kernels_apply(api: str, A: torch.Tensor) -> bool:
-    """Whether A runs on mpslinalg's kernels; raises torch.linalg's errors for bad input."""
-    runtime = _dispatch.kernel_runtime(A)
-    if runtime is None:
-        return False
-    _checks.square(api, A)
-    _checks.floating(api, A)
-    return A.dtype in runtime.dtypes
-
-
 def _cholesky_ex(A: torch.Tensor, upper: bool, check_errors: str):
     return _dispatch.call(torch.ops.mpslinalg.cholesky_ex, _cholesky_ex_body, A, upper, check_errors, function=_Cholesky)
 
@@ -323,7 +306,7 @@ def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = Fa
 
     Gradients (reverse and forward mode) are torch's.
     """
-    if not _kernels_apply("linalg.cholesky", A):  # torch's checks name cholesky
+    if not _dispatch.square_kernels_apply("linalg.cholesky", A):  # torch's checks name cholesky
         return _dispatch.TORCH.cholesky_ex(A, upper=upper, check_errors=check_errors, out=out)
     _checks.out_without_grad("linalg_cholesky_ex", out, A)
     L, info = _cholesky_ex(A, upper, "linalg.cholesky_ex" if check_errors else "")
@@ -335,7 +318,7 @@ def cholesky(A: torch.Tensor, *, upper: bool = False, out: torch.Tensor | None =
     ``torch.linalg.cholesky``; U = L^H with ``upper``. Raises
     ``torch.linalg.LinAlgError`` with torch's message for a matrix that is not
     positive definite, which synchronises with the device; ``cholesky_ex`` does not."""
-    if not _kernels_apply("linalg.cholesky", A):
+    if not _dispatch.square_kernels_apply("linalg.cholesky", A):
         return _dispatch.TORCH.cholesky(A, upper=upper, out=out)
     _checks.out_without_grad("linalg_cholesky_ex", out, A)
     return _checks.into(out, _cholesky_ex(A, upper, "linalg.cholesky")[0])

@@ -250,16 +250,6 @@ def _determinant(A: torch.Tensor) -> torch.Tensor:
 # --- public functions ---
 
 
-def _kernels_apply(api: str, A: torch.Tensor) -> bool:
-    """Whether A runs on mpslinalg's kernels; raises torch.linalg's errors for bad input."""
-    runtime = _dispatch.kernel_runtime(A)
-    if runtime is None:
-        return False
-    _checks.square(api, A)
-    _checks.floating(api, A)
-    return A.dtype in runtime.dtypes
-
-
 def _inverse_any(A: torch.Tensor, check_errors: str):
     return _inverse_ex(A, check_errors) if A.shape[-1] <= SMALL else lu_family.lu_inverse_ex(A, check_errors)
 
@@ -283,7 +273,7 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
     n <= 4 runs the fused kernel; larger n the LU factorization and its solves
     with B = I (as torch.linalg.inv_ex).
     """
-    if not _kernels_apply("linalg.inv", A):
+    if not _dispatch.square_kernels_apply("linalg.inv", A):
         return _dispatch.TORCH.inv_ex(A, check_errors=check_errors, out=out)
     _checks.out_without_grad("linalg_inv_ex", out, A)
     inverse, info = _inverse_any(A, "linalg.inv_ex" if check_errors else "")
@@ -299,7 +289,7 @@ def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     singular, which synchronises with the device; ``inv_ex`` does not. Gradient:
     ``-A^-H G A^-H``. n <= 4 runs the fused kernel; larger n the LU family.
     """
-    if not _kernels_apply("linalg.inv", A):
+    if not _dispatch.square_kernels_apply("linalg.inv", A):
         return _dispatch.TORCH.inv(A, out=out)
     _checks.out_without_grad("linalg_inv_ex", out, A)
     return _checks.into(out, _inverse_any(A, "linalg.inv")[0])
@@ -314,7 +304,7 @@ def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     double backward there uses the adjugate; this one stays 0). n <= 4 runs the
     fused kernel; larger n the LU family.
     """
-    if not _kernels_apply("linalg.det", A):
+    if not _dispatch.square_kernels_apply("linalg.det", A):
         return _dispatch.TORCH.det(A, out=out)
     _checks.out_without_grad("_linalg_det", out, A)
     return _checks.into(out, _determinant(A))
