@@ -186,11 +186,6 @@ def _(B, L, upper):
     return B.new_empty((*batch, *B.shape[-2:]))
 
 
-def _sum_to(G: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """A gradient over broadcast batch dims, summed back to its input's shape."""
-    return G if G.shape == shape else G.sum_to_size(shape)
-
-
 def _cholesky_solve_vjp(L, X, gX, upper):
     """torch's cholesky_solve_backward: gB = A^-1 gX and, with C = gB X^H + X gB^H,
     gL = -C L (-U C where ``upper``); neither is projected on a triangle, as torch's."""
@@ -209,7 +204,8 @@ def _cholesky_solve_setup(ctx, inputs, output):
 def _cholesky_solve_backward(ctx, gX):
     L, X = ctx.saved_tensors
     gB, gL = _cholesky_solve_vjp(L, X, gX, ctx.upper)
-    return _sum_to(gB, ctx.shapes[0]), _sum_to(gL, ctx.shapes[1]), None
+    # Summed over the batch dims that broadcasting added.
+    return gB.sum_to_size(ctx.shapes[0]), gL.sum_to_size(ctx.shapes[1]), None
 
 
 _cholesky_solve_op.register_autograd(_cholesky_solve_backward, setup_context=_cholesky_solve_setup)
