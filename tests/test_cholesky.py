@@ -61,11 +61,12 @@ def test_cholesky_matches_lapack(device, n, upper, dtype):
 
 @given(
     n=st.integers(0, 80), batch=st.sampled_from([(), (1,), (3,), (2, 2), (0,)]), complex_=st.booleans(),
-    log_cond=st.floats(0, 5), log_scale=st.floats(-35, 35), upper=st.booleans(),
+    log_cond=st.floats(0, 5), log_scale=st.floats(-30, 35), upper=st.booleans(),
 )
 def test_cholesky_conditioning_and_scale(device, n, batch, complex_, log_cond, log_scale, upper):
     dtype = torch.complex64 if complex_ else torch.float32
-    # Eigenvalues from 10^log_scale down by 10^log_cond; float32 holds the smallest as a normal number.
+    # Eigenvalues from 10^log_scale down by 10^log_cond: the smallest a normal float32
+    # number (Apple GPUs may flush subnormals).
     A = with_junk(positive_definite(batch, n, dtype, cond=10**log_cond, scale=10**log_scale), upper)
     L, info = LA.cholesky_ex(A.to(device), upper=upper)
     check_factor(A, L, info, upper)
