@@ -675,7 +675,8 @@ def test_householder_product_without_reflectors_is_in_the_graph():
 def test_ormqr_tau_of_another_length_gets_torchs_error(left):
     """tau.shape[-1] must be min(rows of C if left else its columns, A's columns): torch's
     CPU error, which its meta function (that ours once called for its checks) words
-    otherwise or lets pass; the other shape and dtype checks in the CPU kernel's order."""
+    otherwise or lets pass, as older torch's CPU kernel does; the other shape and dtype
+    checks in the CPU kernel's order."""
     require("opencl")
     side = (5, 2) if left else (2, 5)
     shapes = [((5, 3), (k,), side) for k in (0, 2, 4, 5)] + [
@@ -686,8 +687,11 @@ def test_ormqr_tau_of_another_length_gets_torchs_error(left):
     mixed = [(torch.float32, torch.float64, torch.float32), (torch.float32, torch.float32, torch.complex64)]
     for (a, t, c), dtypes in [(shape, single) for shape in shapes] + [(((5, 3), (3,), side), d) for d in mixed]:
         args = [torch.ones(shape, dtype=dtype) for shape, dtype in zip((a, t, c), dtypes)]
-        with pytest.raises(Exception) as expected:
-            torch.ormqr(*args, left)
         with LA.use_backend("opencl"), pytest.raises(Exception) as got:
             LA.ormqr(*args, left)
-        assert (got.type, str(got.value)) == (expected.type, str(expected.value)), (a, t, c, dtypes)
+        try:
+            torch.ormqr(*args, left)
+        except Exception as expected:
+            assert (got.type, str(got.value)) == (type(expected), str(expected)), (a, t, c, dtypes)
+        else:  # torch before 2.8 (CI's oldest) lets a tau of another length through
+            assert "tau.shape[-1] must be equal to min" in str(got.value), (a, t, c, dtypes)
