@@ -20,6 +20,7 @@ the same values whose derivative torch gets right, and torch's asserted to diffe
 
 import importlib.util
 import os
+import re
 from unittest import mock
 
 import numpy as np
@@ -671,6 +672,12 @@ def test_householder_product_without_reflectors_is_in_the_graph():
             assert not grad.any() and not tangent.any() and not jacobian.any()
 
 
+# torch 2.7's CPU ormqr (CI's oldest) checks tau's length against the other shapes one
+# at a time, in other words; the newer torch's checks are mpslinalg's.
+OLDER_ORMQR_CHECKS = re.compile(r"must be (less|greater) than or equal to")
+NEWER_ORMQR_CHECKS = re.compile(r"^torch\.ormqr: (tau\.shape\[-1\] must be equal to min|other\.shape\[-[12]\] must be equal to input)")
+
+
 @pytest.mark.parametrize("left", [True, False])
 def test_ormqr_tau_of_another_length_gets_torchs_error(left):
     """tau.shape[-1] must be min(rows of C if left else its columns, A's columns): torch's
@@ -692,6 +699,9 @@ def test_ormqr_tau_of_another_length_gets_torchs_error(left):
         try:
             torch.ormqr(*args, left)
         except Exception as expected:
+            if OLDER_ORMQR_CHECKS.search(str(expected)):  # mpslinalg gives the newer torch's error
+                assert got.type is type(expected) and NEWER_ORMQR_CHECKS.search(str(got.value)), (a, t, c, dtypes)
+                continue
             assert (got.type, str(got.value)) == (type(expected), str(expected)), (a, t, c, dtypes)
-        else:  # torch before 2.8 (CI's oldest) lets a tau of another length through
-            assert "tau.shape[-1] must be equal to min" in str(got.value), (a, t, c, dtypes)
+        else:  # older torch may let a tau of another length through
+            assert NEWER_ORMQR_CHECKS.search(str(got.value)), (a, t, c, dtypes)
