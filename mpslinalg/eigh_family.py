@@ -61,7 +61,8 @@ def _eigen(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
     _, S, Vh = svd_family._svd_body(torch.where(definite, L.mH, shifted), False)
     S = S.flip(-1)
     half = svd_family._power_of_two(e, real)  # 2^e as two factors, one for each S of S^2
-    w = torch.where(definite[..., 0], (S * half[0][:, None]) * (S * half[1][:, None]), (S - sigma[:, None]) * (half[0] * half[1])[:, None])
+    squared = (S * half[0][:, None]) * (S * half[1][:, None])
+    w = torch.where(definite[..., 0], squared, (S - sigma[:, None]) * (half[0] * half[1])[:, None])
     V = Vh.mH.flip(-1)
     V = torch.where(torch.isnan(w).any(-1)[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
     return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape)
