@@ -2,10 +2,10 @@
 
 Kernel (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2: ``cholesky_small``
 factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per
-matrix. Larger matrices are factored recursively, as LAPACK's spotrf2: the
-leading half by recursion down to the kernel, the panel L21 = A21 L11^-H by
-mpslinalg's triangular solve, the trailing A22 - L21 L21^H by ``torch.matmul``
-(where the work is). ``info`` is LAPACK's, computed on the device: the order of
+matrix. Larger matrices are factored recursively, as LAPACK's spotrf2, in place
+in one copy of A: the leading half by recursion down to the kernel, the panel
+L21 = A21 L11^-H by mpslinalg's triangular solve, the trailing A22 - L21 L21^H
+by ``baddbmm`` (where the work is). ``info`` is LAPACK's, computed on the device: the order of
 the first leading minor that is not positive definite (a pivot <= 0 or NaN).
 
 ``cholesky_solve`` solves with L and L^H (mpslinalg's triangular solves);
@@ -62,18 +62,34 @@ def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, info) of contiguous (count, n, n) a from its lower triangle: spotrf2's
-    recursion, split where the leading part is a whole number of leaves."""
+    """(L, info) of contiguous (count, n, n) a from its lower triangle: the kernel, or
+    spotrf2's recursion on a copy of a, in place."""
     n = a.shape[-1]
     if n <= leaf:
         return _factor_small(a, next(N for N in SIZES if n <= N))
-    n1 = leaf * max(1, round(n / (2 * leaf)))
-    L11, info = _factor(a[:, :n1, :n1].contiguous(), leaf)
-    L21 = triangular._solve_triangular_body(L11.mH, a[:, n1:, :n1], True, False, False)  # X L11^H = A21
-    L22, info22 = _factor(torch.baddbmm(a[:, n1:, n1:], L21, L21.mH, alpha=-1), leaf)
-    info = torch.where((info == 0) & (info22 > 0), info22 + n1, info)
-    L = torch.cat((torch.cat((L11, torch.zeros_like(L21.mT)), dim=-1), torch.cat((L21, L22), dim=-1)), dim=-2)
+    L = a.clone()
+    info = torch.zeros(a.shape[0], dtype=torch.int32, device=a.device)
+    _factor_in_place(L, leaf, info, 0)
     return L, info
+
+
+def _factor_in_place(W: torch.Tensor, leaf: int, info: torch.Tensor, offset: int) -> None:
+    """spotrf2 on W (count, n, n), a view into the factor: L over W's lower triangle and
+    zeros above it, split where the leading part is a whole number of leaves; ``info``
+    takes the first failure's order (its rows and columns start at ``offset``)."""
+    n = W.shape[-1]
+    if n <= leaf:
+        L, failed = _factor_small(W.contiguous(), next(N for N in SIZES if n <= N))
+        W.copy_(L)
+        info.copy_(torch.where((info == 0) & (failed > 0), failed + offset, info))
+        return
+    n1 = leaf * max(1, round(n / (2 * leaf)))
+    _factor_in_place(W[:, :n1, :n1], leaf, info, offset)
+    L11, W21 = W[:, :n1, :n1], W[:, n1:, :n1]
+    W21.copy_(triangular._solve_triangular_body(L11.mH, W21, True, False, False))  # L21 L11^H = A21
+    W[:, :n1, n1:].zero_()
+    W[:, n1:, n1:].baddbmm_(W21, W21.mH, alpha=-1)  # A22 - L21 L21^H, its lower triangle read below
+    _factor_in_place(W[:, n1:, n1:], leaf, info, offset + n1)
 
 
 def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:
