@@ -115,8 +115,8 @@ def _cholesky_ex_body(A: torch.Tensor, upper: bool, check_errors: str) -> tuple[
     raises (inside the op, so that torch.compile traces cholesky without a graph break)."""
     n = A.shape[-1]
     count = A.shape[:-2].numel()
-    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
     if count == 0 or n == 0:
+        info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
         return torch.empty(A.shape, dtype=A.dtype, device=A.device), info
     X = _checks.resolved(A.mH if upper else A).view(count, n, n)  # upper: the lower triangle of A^H
     L, info = _factor(X, _leaf_size(A.dtype, A.device))

@@ -37,14 +37,15 @@ def _hermitian(A: torch.Tensor, upper: bool) -> torch.Tensor:
     return svd_family._hermitian_from_lower(A.mH if upper else A).contiguous()
 
 
-def _eigen(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(eigenvalues, eigenvectors) of A's batch, as the module says."""
+def _spectrum(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A's eigenvalues (*, n), as the module says, and Vh of the SVD that gave them
+    (count, n, n; its rows in descending order of the eigenvalues), None for no elements."""
     H = _hermitian(A, upper)
     n = H.shape[-1]
     count = H.shape[:-2].numel()
     real = H.real.dtype if H.is_complex() else H.dtype
     if count == 0 or n == 0:
-        return H.new_empty(H.shape[:-1], dtype=real), torch.empty_like(H)  # no elements
+        return H.new_empty(H.shape[:-1], dtype=real), None
     H = H.view(count, n, n)
     largest = H.abs().amax(dim=(-2, -1))
     e = torch.frexp(largest).exponent
@@ -63,9 +64,7 @@ def _eigen(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
     half = svd_family._power_of_two(e, real)  # 2^e as two factors, one for each S of S^2
     squared = (S * half[0][:, None]) * (S * half[1][:, None])
     w = torch.where(definite[..., 0], squared, (S - sigma[:, None]) * (half[0] * half[1])[:, None])
-    V = Vh.mH.flip(-1)
-    V = torch.where(torch.isnan(w).any(-1)[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
-    return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape)
+    return w.reshape(A.shape[:-1]), Vh
 
 
 def _eigh_by_torch(A: torch.Tensor, upper: bool):
@@ -74,7 +73,13 @@ def _eigh_by_torch(A: torch.Tensor, upper: bool):
 
 @_dispatch.answered_by(_eigh_by_torch)
 def _eigh_body(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _eigen(A, upper)
+    w, Vh = _spectrum(A, upper)
+    if Vh is None:
+        return w, torch.empty(A.shape, dtype=A.dtype, device=A.device)  # no elements
+    V = Vh.mH.flip(-1)  # ascending, as w
+    nonfinite = torch.isnan(w).reshape(V.shape[:-1]).any(-1)
+    V = torch.where(nonfinite[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
+    return w, _checks.resolved(V).reshape(A.shape)
 
 
 _eigh_op = torch.library.custom_op("mpslinalg::eigh", mutates_args=())(_eigh_body)
@@ -93,7 +98,7 @@ def _(info, in_dims, A, upper):
 
 @_dispatch.answered_by(lambda A, upper: _dispatch.TORCH.eigvalsh(A, UPLO="U" if upper else "L"))
 def _eigvalsh_body(A: torch.Tensor, upper: bool) -> torch.Tensor:
-    return _eigen(A, upper)[0]
+    return _spectrum(A, upper)[0]
 
 
 _eigvalsh_op = torch.library.custom_op("mpslinalg::eigvalsh", mutates_args=())(_eigvalsh_body)

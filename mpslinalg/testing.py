@@ -236,6 +236,20 @@ def hermitian_batch(shape: tuple, n: int, dtype: torch.dtype, rng, eigenvalues: 
     return torch.from_numpy(array).to(dtype)
 
 
+def with_junk(A: torch.Tensor, upper: bool, rng, diagonal: bool = True) -> torch.Tensor:
+    """A with the triangle a Hermitian (or triangular) solver does not read, the upper
+    one unless ``upper``, filled with junk of magnitude 1e3; with ``diagonal``, complex
+    A's diagonal gets an imaginary part too, which cholesky and eigh do not read."""
+    def junk() -> torch.Tensor:
+        return torch.from_numpy(rng.standard_normal(A.shape) * 1e3).to(A.dtype)
+
+    noise = junk() + (1j * junk() if A.is_complex() else 0)
+    skipped = torch.tril(noise, -1) if upper else torch.triu(noise, 1)
+    if A.is_complex() and diagonal:
+        skipped = skipped + torch.diag_embed(1j * noise.diagonal(dim1=-2, dim2=-1).real)
+    return A + skipped
+
+
 def hermitian_of(a: np.ndarray, upper: bool = False) -> np.ndarray:
     """The Hermitian matrix that the lower (``upper``: upper) triangle of ``a`` stands for,
     as LAPACK reads it: the diagonal's real part, the triangle mirrored."""

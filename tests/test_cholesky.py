@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import mpslinalg as LA
 from conftest import supported
 from mpslinalg import cholesky_family as family
-from mpslinalg.testing import THRESHOLD, cholesky_ratio, eps, general_solve_ratio, hermitian_batch, inv_ratio
+from mpslinalg.testing import THRESHOLD, cholesky_ratio, eps, general_solve_ratio, hermitian_batch, inv_ratio, with_junk
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(21)
@@ -21,18 +21,6 @@ SIZES = [1, 3, 4, 5, 8, 16, 17, 32, 33, 64, 65, 130]
 
 def positive_definite(shape, n, dtype, cond=100.0, scale=1.0):
     return hermitian_batch(shape, n, dtype, rng, cond=cond, scale=scale)
-
-
-def with_junk(A: torch.Tensor, upper: bool, diagonal: bool = True) -> torch.Tensor:
-    """A with the triangle that is not read (and, with ``diagonal``, the diagonal's imaginary
-    part, which cholesky does not read either) filled with junk."""
-    junk = torch.from_numpy(rng.standard_normal(A.shape) * 1e3).to(A.dtype)
-    if A.is_complex():
-        junk = junk + 1j * torch.from_numpy(rng.standard_normal(A.shape) * 1e3).to(A.dtype)
-    skipped = torch.tril(junk, -1) if upper else torch.triu(junk, 1)
-    if A.is_complex() and diagonal:
-        skipped = skipped + torch.diag_embed(1j * junk.diagonal(dim1=-2, dim2=-1).real)
-    return A + skipped
 
 
 def check_factor(A, L, info, upper):
@@ -53,7 +41,7 @@ def check_factor(A, L, info, upper):
 @pytest.mark.parametrize("upper", [False, True])
 def test_cholesky_matches_lapack(device, n, upper, dtype):
     supported(device, dtype)
-    A = with_junk(positive_definite((3,), n, dtype), upper)
+    A = with_junk(positive_definite((3,), n, dtype), upper, rng)
     L, info = LA.cholesky_ex(A.to(device), upper=upper)
     check_factor(A, L, info, upper)
     torch.testing.assert_close(LA.cholesky(A.to(device), upper=upper), L, rtol=0, atol=0)
@@ -67,7 +55,7 @@ def test_cholesky_conditioning_and_scale(device, n, batch, complex_, log_cond, l
     dtype = torch.complex64 if complex_ else torch.float32
     # Eigenvalues from 10^log_scale down by 10^log_cond: the smallest a normal float32
     # number (Apple GPUs may flush subnormals).
-    A = with_junk(positive_definite(batch, n, dtype, cond=10**log_cond, scale=10**log_scale), upper)
+    A = with_junk(positive_definite(batch, n, dtype, cond=10**log_cond, scale=10**log_scale), upper, rng)
     L, info = LA.cholesky_ex(A.to(device), upper=upper)
     check_factor(A, L, info, upper)
 
@@ -185,9 +173,9 @@ def test_cholesky_solve_and_inverse(device, n, k, upper, dtype):
     L = torch.linalg.cholesky(A.double() if not dtype.is_complex else A.to(torch.complex128), upper=upper).to(dtype)
     A = L.mH @ L if upper else L @ L.mH  # the matrix L stands for, as stored
     B = torch.from_numpy(rng.standard_normal((2, n, k))).to(dtype)
-    X = LA.cholesky_solve(B.to(device), with_junk(L, upper, diagonal=False).to(device), upper=upper)
+    X = LA.cholesky_solve(B.to(device), with_junk(L, upper, rng, diagonal=False).to(device), upper=upper)
     assert general_solve_ratio(A, X, B) < THRESHOLD
-    inverse = LA.cholesky_inverse(with_junk(L, upper, diagonal=False).to(device), upper=upper)
+    inverse = LA.cholesky_inverse(with_junk(L, upper, rng, diagonal=False).to(device), upper=upper)
     assert inv_ratio(A, inverse) < THRESHOLD
 
 

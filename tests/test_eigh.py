@@ -11,23 +11,12 @@ from hypothesis import strategies as st
 import mpslinalg as LA
 from conftest import supported
 from mpslinalg import svd_family
-from mpslinalg.testing import THRESHOLD, eigh_ratios, hermitian_batch
+from mpslinalg.testing import THRESHOLD, eigh_ratios, hermitian_batch, with_junk
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(31)
 # svd_tiny's n <= 3, svd_pairs' N = 8, 16, 32 (complex: 16) below and at N, svd_jacobi past them.
 SIZES = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 65]
-
-
-def with_junk(A: torch.Tensor, upper: bool) -> torch.Tensor:
-    """A with the triangle that is not read, and the diagonal's imaginary part, filled with junk."""
-    junk = torch.from_numpy(rng.standard_normal(A.shape) * 1e3).to(A.dtype)
-    if A.is_complex():
-        junk = junk * (1 + 1j)
-    skipped = torch.tril(junk, -1) if upper else torch.triu(junk, 1)
-    if A.is_complex():
-        skipped = skipped + torch.diag_embed(1j * junk.diagonal(dim1=-2, dim2=-1).real)
-    return A + skipped
 
 
 def check_eigh(A, w, V, upper=False):
@@ -45,7 +34,7 @@ def check_eigh(A, w, V, upper=False):
 def test_eigh_matches_lapack(device, n, UPLO, dtype):
     supported(device, dtype)
     A = torch.cat((hermitian_batch((2,), n, dtype, rng, cond=1e3), hermitian_batch((2,), n, dtype, rng, cond=1e3, definite=False)))
-    X = with_junk(A, UPLO == "U").to(device)
+    X = with_junk(A, UPLO == "U", rng).to(device)
     w, V = LA.eigh(X, UPLO=UPLO)
     check_eigh(A, w, V)
     torch.testing.assert_close(LA.eigvalsh(X, UPLO=UPLO), w, rtol=0, atol=0)
@@ -77,7 +66,7 @@ def test_eigh_spectra_and_scales(device, n, batch, complex_, kind, log_cond, log
     dtype = torch.complex64 if complex_ else torch.float32
     values = sign * 10.0**log_scale * spectrum(kind, n, log_cond)
     A = hermitian_batch(batch, n, dtype, rng, eigenvalues=values)
-    w, V = LA.eigh(with_junk(A, upper).to(device), UPLO="U" if upper else "L")
+    w, V = LA.eigh(with_junk(A, upper, rng).to(device), UPLO="U" if upper else "L")
     check_eigh(A, w, V)
 
 
