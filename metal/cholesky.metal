@@ -5,16 +5,6 @@
 // host (cholesky_family.py): this kernel factors the diagonal blocks.
 #include "common.h"
 
-template <typename R>
-METAL_FUNC R real_part(R x) {
-  return x;
-}
-
-template <typename R>
-METAL_FUNC R real_part(complex_t<R> z) {
-  return z.re;
-}
-
 // Row i of a packed lower triangle starts at i (i + 1) / 2. Threads that read or
 // write the same column of their own rows hit 32 distinct banks: the triangular
 // numbers are distinct modulo every power of two.

@@ -121,6 +121,17 @@ METAL_FUNC complex_t<R> conj(complex_t<R> z) {
   return {z.re, -z.im};
 }
 
+// The real part (a Hermitian matrix's diagonal is read as its real part).
+template <typename R>
+METAL_FUNC R real_part(R x) {
+  return x;
+}
+
+template <typename R>
+METAL_FUNC R real_part(complex_t<R> z) {
+  return z.re;
+}
+
 // A complex value moves between lanes as its two parts.
 template <typename R>
 METAL_FUNC complex_t<R> simd_shuffle(complex_t<R> z, ushort lane) {

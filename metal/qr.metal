@@ -4,16 +4,6 @@
 #include "common.h"
 
 template <typename R>
-METAL_FUNC R real_part(R x) {
-  return x;
-}
-
-template <typename R>
-METAL_FUNC R real_part(complex_t<R> z) {
-  return z.re;
-}
-
-template <typename R>
 METAL_FUNC R imag_part(R) {
   return R(0);
 }

@@ -32,6 +32,7 @@ import torch
 
 import mpslinalg as LA
 
+from . import eigh_family
 from .check import _synchronize, best_runtime
 
 # The row each case's speed-up is measured against.
@@ -458,7 +459,7 @@ def bench_eigh(device: torch.device, batch: int) -> list[Result]:
     read, the eigenvalues and eigenvectors written."""
     results = []
     small = device.type == "cpu"
-    cases = [(2**20, 3), (10_000, 8), (10_000, 32), (10_000, 64)] + ([] if small else [(1, 1024), (1, 4096)])
+    cases = [(2**20, 3), (10_000, 8), (10_000, 16), (10_000, 32), (10_000, 64)] + ([] if small else [(1, 1024), (1, 4096)])
     jax_eigh = _jax(torch.randn(4, 8, 8, device=device), "eigh") if device.type == "cuda" else None
     for dtype in (torch.float32, torch.complex64):
         kind = str(dtype).removeprefix("torch.")
@@ -474,6 +475,8 @@ def bench_eigh(device: torch.device, batch: int) -> list[Result]:
                          ("torch.linalg.eigvalsh", lambda: torch.linalg.eigvalsh(A), nbytes)]
             if jax_eigh is not None:
                 rows.append(("jax.numpy.linalg.eigh", lambda: jax_eigh(A), nbytes))
+            if eigh_family._by_jacobi(A[:1], False, False) is not None:  # the crossover to the larger n's route
+                rows.append(("mpslinalg.eigh by the SVD", lambda: eigh_family._by_svd(A, False, True), nbytes))
             shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
             # torch's batched eigh takes seconds at 64x64: one call each, no graphs.
             slow = count * n >= 10_000 * 64 or n >= 4096

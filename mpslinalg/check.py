@@ -26,7 +26,7 @@ import torch
 
 import mpslinalg as LA
 
-from . import runtimes, svd_family, testing
+from . import eigh_family, runtimes, svd_family, testing
 from ._dispatch import TORCH, backends, use_backend
 from .inverse import SMALL
 from .lu_family import SIZES as LU_SIZES
@@ -259,7 +259,7 @@ def _eigh_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
     for count, n in [(4096, 3), (500, 8), (50, 32), (20, 64), (2, 100)]:
         for definite in (True, False):
             A = testing.hermitian_batch((count,), n, dtype, rng, cond=1e3, definite=definite).to(device)
-            via = "a thread" if n <= 3 else "registers" if svd_family._pair_size(n, dtype) else "threadgroup"
+            via = "a thread" if n <= 4 else "registers" if eigh_family._pair_size(n, dtype) else "SVD"
             shape = f"{count}x{n}x{n} " + ("definite" if definite else "indefinite")
             (w, V), seconds = _timed(device, lambda: LA.eigh(A))
             ratios = testing.eigh_ratios(A, w, V)
@@ -359,6 +359,9 @@ def _square_calls(rng, A: torch.Tensor, B: torch.Tensor) -> Iterator[Call]:
     yield "qr", f"{shape} stacked twice, complete", lambda: max(testing.qr_ratios(tall, *LA.qr(tall, mode="complete")))
     P = testing.hermitian_batch((batch,), n, A.dtype, rng).to(A.device)  # positive definite, condition 10
     yield "cholesky", shape, lambda: testing.cholesky_ratio(P, LA.cholesky(P))
+    H = testing.hermitian_batch((batch,), n, A.dtype, rng, definite=False).to(A.device)
+    yield "eigh", f"{shape} indefinite", lambda: max(testing.eigh_ratios(H, *LA.eigh(H)))
+    yield "eigvalsh", f"{shape} upper", lambda: testing.eigh_ratios(H, LA.eigvalsh(H.mH, UPLO="U"), None)[2]
     yield "svd", shape, lambda: max(testing.svd_ratios(A, *LA.svd(A)))
     yield "svd", f"{shape} stacked twice, full", lambda: max(testing.svd_ratios(tall, *LA.svd(tall, full_matrices=True)))
     if n:
@@ -399,6 +402,8 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
         yield from _square_calls(rng, A, _normal(rng, (3, n, 8), dtype).to(device))
     tiny = _square(rng, (1000,), 3, dtype, device)  # many threadgroups, the last part-full
     yield "svd", "1000x3x3", lambda: max(testing.svd_ratios(tiny, *LA.svd(tiny)))
+    covariances = tiny @ tiny.mH
+    yield "eigh", "1000x3x3", lambda: max(testing.eigh_ratios(covariances, *LA.eigh(covariances)))
     many = _square(rng, (16,), 65, dtype, device)  # the blocked LU in row-major order
     yield "lu_factor_ex", "16x65x65", lambda: testing.lu_ratio(many, *LA.lu_factor_ex(many)[:2])
     for m in PANEL_ROWS:  # with 1024 threads where they fit, and as where only 256 do

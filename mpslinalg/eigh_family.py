@@ -1,11 +1,22 @@
 """Hermitian eigenproblems: ``eigh``, ``eigvalsh``.
 
-H, the Hermitian matrix of the triangle read (the diagonal's real part, as
-LAPACK's ssyevd / cheevd), is scaled by a power of two (exact: inputs near
-the ends of the float range neither overflow nor underflow) and then
-decomposed by the SVD family's one-sided Jacobi (``metal/svd.metal``, LAPACK's
-sgesvj), whose V is the product of its rotations, orthonormal to working
-precision:
+Kernels (``metal/eigh.metal``): two-sided cyclic Jacobi on the Hermitian matrix
+of the triangle read (the diagonal's real part, as LAPACK's ssyevd / cheevd),
+scaled by a power of two on the device, sorted there, one launch per call:
+
+- ``eigh_tiny``: n <= 4, a thread per matrix, in registers (covariances,
+  normals, inertia tensors);
+- ``eigh_pairs``: n <= 32 (16 complex), a team of N / 2 lanes per matrix, each
+  lane two columns of A and V in registers, A's rows kept in its columns' order
+  so that every rotation of rows touches fixed registers.
+
+Their relative stopping test keeps a positive definite matrix's eigenvalues to
+relative accuracy (Demmel and Veselic); eigvalsh skips the eigenvectors.
+
+Larger n: H is scaled by a power of two (exact: inputs near the ends of the
+float range neither overflow nor underflow) and then decomposed by the SVD
+family's one-sided Jacobi (``metal/svd.metal``, LAPACK's sgesvj), whose V is the
+product of its rotations, orthonormal to working precision:
 
 - positive definite H (its Cholesky factorization H = L L^H completes:
   covariances, Gram matrices): L^H = U S V^H, so H = V S^2 V^H, Veselic and
@@ -30,6 +41,62 @@ from __future__ import annotations
 import torch
 
 from . import _checks, _dispatch, cholesky_family, svd_family
+from ._kernel import Buffer, Kernel, Scalar
+from .runtimes import groups_for, launch, pieces
+
+_ARGS = (Buffer("a", const=True), Buffer("w", "R"), Buffer("v"))
+_FLAGS = (Scalar("upper"), Scalar("vectors"), Scalar("count"))
+
+TINY_SIZES = (1, 2, 3, 4)
+TINY_GROUP = 64  # matrices per threadgroup
+
+EIGH_TINY = Kernel(
+    function="eigh_tiny",
+    source="eigh.metal",
+    args=_ARGS + _FLAGS,
+    instances=tuple({"N": n} for n in TINY_SIZES),
+    group_size=TINY_GROUP,
+    template=lambda N: (N, TINY_GROUP),
+)
+
+PAIR_SIZES = (8, 16, 32)  # N: matrices up to N x N, N / 2 lanes each
+PAIR_GROUP = 64
+
+EIGH_PAIRS = Kernel(
+    function="eigh_pairs",
+    source="eigh.metal",
+    args=_ARGS + (Scalar("n"),) + _FLAGS,
+    instances=tuple({"N": n} for n in PAIR_SIZES),
+    group_size=PAIR_GROUP,
+    template=lambda N: (N, PAIR_GROUP),
+    # Four columns of N a lane in registers: complex N = 32 would spill.
+    where=lambda dtype, N: not dtype.is_complex or N <= 16,
+)
+
+
+def _pair_size(n: int, dtype: torch.dtype) -> int:
+    """The N of the eigh_pairs instance for n x n, or 0 if none applies."""
+    return next((size for size in PAIR_SIZES if n <= size and EIGH_PAIRS.exists(dtype, N=size)), 0)
+
+
+def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(w, V) of (count, n, n) A by eigh_tiny or eigh_pairs (V a placeholder unless
+    ``vectors``), or None where neither applies."""
+    count, n, _ = A.shape
+    size = n if n <= TINY_SIZES[-1] else _pair_size(n, A.dtype)
+    if not size:
+        return None
+    A = _checks.resolved(A)
+    w = A.new_empty((count, n), dtype=A.real.dtype if A.is_complex() else A.dtype)
+    V = torch.empty_like(A) if vectors else A.new_empty(1)
+    for start, stop in pieces(count):
+        head = (A[start:stop], w[start:stop], V[start:stop] if vectors else V)
+        flags = (int(upper), int(vectors), stop - start)
+        if n <= TINY_SIZES[-1]:
+            launch(EIGH_TINY, groups_for(stop - start, TINY_GROUP), *head, *flags, N=n)
+        else:
+            launch(EIGH_PAIRS, groups_for(stop - start, PAIR_GROUP // (size // 2)), *head, n, *flags, N=size)
+    return w, V
 
 
 def _hermitian(A: torch.Tensor, upper: bool) -> torch.Tensor:
@@ -37,16 +104,11 @@ def _hermitian(A: torch.Tensor, upper: bool) -> torch.Tensor:
     return svd_family._hermitian_from_lower(A.mH if upper else A).contiguous()
 
 
-def _spectrum(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A's eigenvalues (*, n), as the module says, and Vh of the SVD that gave them
-    (count, n, n; its rows in descending order of the eigenvalues), None for no elements."""
+def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(w, V) of (count, n, n) A as the module says for larger n (V None unless ``vectors``)."""
     H = _hermitian(A, upper)
-    n = H.shape[-1]
-    count = H.shape[:-2].numel()
+    count, n, _ = H.shape
     real = H.real.dtype if H.is_complex() else H.dtype
-    if count == 0 or n == 0:
-        return H.new_empty(H.shape[:-1], dtype=real), None
-    H = H.view(count, n, n)
     largest = H.abs().amax(dim=(-2, -1))
     e = torch.frexp(largest).exponent
     e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
@@ -64,7 +126,23 @@ def _spectrum(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor 
     half = svd_family._power_of_two(e, real)  # 2^e as two factors, one for each S of S^2
     squared = (S * half[0][:, None]) * (S * half[1][:, None])
     w = torch.where(definite[..., 0], squared, (S - sigma[:, None]) * (half[0] * half[1])[:, None])
-    return w.reshape(A.shape[:-1]), Vh
+    if not vectors:
+        return w, None
+    V = Vh.mH.flip(-1)  # ascending, as w
+    nonfinite = torch.isnan(w).any(-1)
+    return w, torch.where(nonfinite[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
+
+
+def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A's eigenvalues (*, n) and, if ``vectors``, its eigenvectors (*, n, n)."""
+    n = A.shape[-1]
+    count = A.shape[:-2].numel()
+    if count == 0 or n == 0:
+        real = A.real.dtype if A.is_complex() else A.dtype
+        return A.new_empty(A.shape[:-1], dtype=real), torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    flat = A.reshape(count, n, n)
+    w, V = _by_jacobi(flat, upper, vectors) or _by_svd(flat, upper, vectors)
+    return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape) if vectors else None
 
 
 def _eigh_by_torch(A: torch.Tensor, upper: bool):
@@ -73,13 +151,7 @@ def _eigh_by_torch(A: torch.Tensor, upper: bool):
 
 @_dispatch.answered_by(_eigh_by_torch)
 def _eigh_body(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    w, Vh = _spectrum(A, upper)
-    if Vh is None:
-        return w, torch.empty(A.shape, dtype=A.dtype, device=A.device)  # no elements
-    V = Vh.mH.flip(-1)  # ascending, as w
-    nonfinite = torch.isnan(w).reshape(V.shape[:-1]).any(-1)
-    V = torch.where(nonfinite[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
-    return w, _checks.resolved(V).reshape(A.shape)
+    return _spectrum(A, upper, True)
 
 
 _eigh_op = torch.library.custom_op("mpslinalg::eigh", mutates_args=())(_eigh_body)
@@ -98,7 +170,7 @@ def _(info, in_dims, A, upper):
 
 @_dispatch.answered_by(lambda A, upper: _dispatch.TORCH.eigvalsh(A, UPLO="U" if upper else "L"))
 def _eigvalsh_body(A: torch.Tensor, upper: bool) -> torch.Tensor:
-    return _spectrum(A, upper)[0]
+    return _spectrum(A, upper, False)[0]
 
 
 _eigvalsh_op = torch.library.custom_op("mpslinalg::eigvalsh", mutates_args=())(_eigvalsh_body)

@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 
 import mpslinalg as LA
 from conftest import supported
-from mpslinalg import svd_family
+from mpslinalg import eigh_family, svd_family
 from mpslinalg.testing import THRESHOLD, eigh_ratios, hermitian_batch, with_junk
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(31)
-# svd_tiny's n <= 3, svd_pairs' N = 8, 16, 32 (complex: 16) below and at N, svd_jacobi past them.
+# eigh_tiny's n <= 4, eigh_pairs' N = 8, 16, 32 (complex: 16) below and at N, the SVD's past them
+# (svd_pairs to 32, svd_jacobi above).
 SIZES = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 65]
 
 
@@ -125,16 +126,36 @@ def test_views_and_out(device):
     torch.testing.assert_close(out, w)
 
 
-def test_covariances_by_the_million_route(device, monkeypatch):
-    """3 x 3 matrices run svd_tiny, a thread a matrix; eigvalsh the same kernels."""
+def launches(monkeypatch, *modules):
+    """The kernels the calls launch, by name, through the modules' ``launch``."""
     launched = []
-    real = svd_family.launch
-    monkeypatch.setattr(svd_family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    for module in modules:
+        real = module.launch
+        monkeypatch.setattr(module, "launch", lambda kernel, *a, real=real, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    return launched
+
+
+def test_covariances_by_the_million_route(device, monkeypatch):
+    """3 x 3 matrices run eigh_tiny, a thread a matrix, one launch; eigvalsh too."""
+    launched = launches(monkeypatch, eigh_family, svd_family)
     X = torch.from_numpy(rng.standard_normal((5000, 3, 10))).float()
     A = (X @ X.mT).to(device)
     w, V = LA.eigh(A)
-    assert launched == ["svd_tiny"]
+    assert launched == ["eigh_tiny"]
     check_eigh(A, w, V)
+    torch.testing.assert_close(LA.eigvalsh(A), w, rtol=0, atol=0)
+    assert launched == ["eigh_tiny"] * 2
+
+
+@pytest.mark.parametrize("n, kernels", [(5, ["eigh_pairs"]), (32, ["eigh_pairs"]), (33, ["cholesky_small", "svd_jacobi"])])
+def test_routes(device, monkeypatch, n, kernels):
+    """eigh_pairs to n = 32, one launch; past it the SVD of the Cholesky factor."""
+    from mpslinalg import cholesky_family
+
+    launched = launches(monkeypatch, eigh_family, svd_family, cholesky_family)
+    A = hermitian_batch((2,), n, torch.float32, rng, cond=10.0)
+    LA.eigh(A.to(device))
+    assert launched == kernels
 
 
 # --- gradients ---
@@ -206,9 +227,7 @@ def test_vmap_matches_torch(device):
 
 def test_compiles_without_graph_breaks(device, monkeypatch):
     torch._dynamo.reset()
-    launched = []
-    real = svd_family.launch
-    monkeypatch.setattr(svd_family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k)))
+    launched = launches(monkeypatch, eigh_family)
     A = distinct((3,), 6, torch.float32).to(device).requires_grad_()
 
     def f(A):
@@ -219,4 +238,4 @@ def test_compiles_without_graph_breaks(device, monkeypatch):
     y = compiled(A)
     y.backward()
     torch.testing.assert_close(y, f(A))
-    assert "svd_pairs" in launched, "the compiled graph runs the kernels"
+    assert "eigh_pairs" in launched, "the compiled graph runs the kernels"
