@@ -171,12 +171,17 @@ METAL_FUNC void next_round_rows(thread T (&x)[N]) {
 // each lane's rotation of its own two columns, then the H row rotations, broadcast
 // by shuffles, applied to them; no memory, no barrier. Columns n..N-1 are zero and
 // never rotate. A SIMD group's teams sweep until none rotates, so its shuffles
-// stay uniform.
+// stay uniform. For N = 64 (a team of 32 lanes) V's columns would not fit in
+// registers beside A's: they stay in threadgroup memory (vs, N x N a team, row-major
+// so that the lanes' columns fall in distinct banks), each rotated by the lane that
+// holds its pair; only the column indices move between lanes.
 template <typename T, int N, int GROUP>
 METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::real* w, device T* v, int n,
-                           int upper, int vectors, int count, thread_position pos) {
+                           int upper, int vectors, int count, threadgroup T* vs, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int H = N / 2;
+  const bool V_SHARED = N > 32;
+  threadgroup T* V_team = vs + (V_SHARED ? int(pos.thread_index) / H * N * N : 0);
   const int lane = int(pos.simd_lane);
   const int member = lane % H;
   const int first = lane - member;  // the team's lane 0
@@ -208,6 +213,10 @@ METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::
     }
     v_top[r] = r == id_top && r < n ? one : zero;
     v_bottom[r] = r == id_bottom && r < n ? one : zero;
+    if (V_SHARED) {
+      V_team[r * N + id_top] = v_top[r];
+      V_team[r * N + id_bottom] = v_bottom[r];
+    }
   }
   R largest = R(0);
   #pragma unroll
@@ -242,10 +251,19 @@ METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::
         for (int r = 0; r < N; ++r) {
           rotate(top[r], bottom[r], j);
         }
-        if (vectors != 0) {
+        if (vectors != 0 && !V_SHARED) {
           #pragma unroll
           for (int r = 0; r < N; ++r) {
             rotate(v_top[r], v_bottom[r], j);
+          }
+        }
+        if (vectors != 0 && V_SHARED) {
+          for (int r = 0; r < n; ++r) {
+            T x = V_team[r * N + id_top];
+            T y = V_team[r * N + id_bottom];
+            rotate(x, y, j);
+            V_team[r * N + id_top] = x;
+            V_team[r * N + id_bottom] = y;
           }
         }
       }
@@ -268,8 +286,11 @@ METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::
       next_round<T, N, H>(top, bottom, member, lane);
       next_round_rows<T, N>(top);
       next_round_rows<T, N>(bottom);
-      if (vectors != 0) {
+      if (vectors != 0 && !V_SHARED) {
         next_round<T, N, H>(v_top, v_bottom, member, lane);
+      }
+      if (V_SHARED) {
+        simdgroup_barrier(mem_flags::mem_threadgroup);  // the columns' next lanes read them
       }
       const int left = simd_shuffle(member == 0 ? id_bottom : id_top, ushort(member == 0 ? lane : lane - 1));
       const int right = simd_shuffle(id_bottom, ushort(member == H - 1 ? lane : lane + 1));
@@ -315,11 +336,17 @@ METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::
   if (vectors != 0) {
     #pragma unroll
     for (int r = 0; r < N; ++r) {
+      T x = v_top[r];
+      T y = v_bottom[r];
+      if (V_SHARED) {
+        x = V_team[r * N + id_top];
+        y = V_team[r * N + id_bottom];
+      }
       if (r < n && id_top < n) {
-        store(V + long(r) * n + rank_top, usable ? v_top[r] : nan_entry);
+        store(V + long(r) * n + rank_top, usable ? x : nan_entry);
       }
       if (r < n && id_bottom < n) {
-        store(V + long(r) * n + rank_bottom, usable ? v_bottom[r] : nan_entry);
+        store(V + long(r) * n + rank_bottom, usable ? y : nan_entry);
       }
     }
   }

@@ -6,9 +6,10 @@ scaled by a power of two on the device, sorted there, one launch per call:
 
 - ``eigh_tiny``: n <= 4, a thread per matrix, in registers (covariances,
   normals, inertia tensors);
-- ``eigh_pairs``: n <= 32 (16 complex), a team of N / 2 lanes per matrix, each
-  lane two columns of A and V in registers, A's rows kept in its columns' order
-  so that every rotation of rows touches fixed registers.
+- ``eigh_pairs``: n <= 64 (16 complex), a team of N / 2 lanes per matrix, each
+  lane two columns of A and V in registers (V in threadgroup memory at N = 64),
+  A's rows kept in its columns' order so that every rotation of rows touches
+  fixed registers.
 
 Their relative stopping test keeps a positive definite matrix's eigenvalues to
 relative accuracy (Demmel and Veselic); eigvalsh skips the eigenvectors.
@@ -41,7 +42,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks, _dispatch, cholesky_family, svd_family
-from ._kernel import Buffer, Kernel, Scalar
+from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import groups_for, launch, pieces
 
 _ARGS = (Buffer("a", const=True), Buffer("w", "R"), Buffer("v"))
@@ -59,18 +60,24 @@ EIGH_TINY = Kernel(
     template=lambda N: (N, TINY_GROUP),
 )
 
-PAIR_SIZES = (8, 16, 32)  # N: matrices up to N x N, N / 2 lanes each
-PAIR_GROUP = 64
+PAIR_SIZES = (8, 16, 32, 64)  # N: matrices up to N x N, N / 2 lanes each
+V_SHARED = 64  # from this N, V lies in threadgroup memory
+
+
+def _pair_group(N: int) -> int:
+    return 32 if N >= V_SHARED else 64  # threads a threadgroup: N = 64, one matrix
+
 
 EIGH_PAIRS = Kernel(
     function="eigh_pairs",
     source="eigh.metal",
     args=_ARGS + (Scalar("n"),) + _FLAGS,
     instances=tuple({"N": n} for n in PAIR_SIZES),
-    group_size=PAIR_GROUP,
-    template=lambda N: (N, PAIR_GROUP),
-    # Four columns of N a lane in registers: complex N = 32 would spill.
-    where=lambda dtype, N: not dtype.is_complex or N <= 16,
+    group_size=_pair_group,
+    template=lambda N: (N, _pair_group(N)),
+    shared=lambda N: [Shared("vs", "T", N * N * _pair_group(N) // (N // 2) if N >= V_SHARED else 1)],
+    # Four columns of N a lane in registers (two with V in memory): complex N = 32 would spill.
+    where=lambda dtype, N: N <= 16 or (not dtype.is_complex),
 )
 
 
@@ -95,7 +102,7 @@ def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
         if n <= TINY_SIZES[-1]:
             launch(EIGH_TINY, groups_for(stop - start, TINY_GROUP), *head, *flags, N=n)
         else:
-            launch(EIGH_PAIRS, groups_for(stop - start, PAIR_GROUP // (size // 2)), *head, n, *flags, N=size)
+            launch(EIGH_PAIRS, groups_for(stop - start, _pair_group(size) // (size // 2)), *head, n, *flags, N=size)
     return w, V
 
 

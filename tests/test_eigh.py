@@ -15,9 +15,9 @@ from mpslinalg.testing import THRESHOLD, eigh_ratios, hermitian_batch, with_junk
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 rng = np.random.default_rng(31)
-# eigh_tiny's n <= 4, eigh_pairs' N = 8, 16, 32 (complex: 16) below and at N, the SVD's past them
-# (svd_pairs to 32, svd_jacobi above).
-SIZES = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 65]
+# eigh_tiny's n <= 4, eigh_pairs' N = 8, 16, 32, 64 (complex: 16) below and at N, the SVD's past
+# them (svd_pairs to 32, svd_jacobi above).
+SIZES = [1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 64, 65]
 
 
 def check_eigh(A, w, V, upper=False):
@@ -147,15 +147,21 @@ def test_covariances_by_the_million_route(device, monkeypatch):
     assert launched == ["eigh_tiny"] * 2
 
 
-@pytest.mark.parametrize("n, kernels", [(5, ["eigh_pairs"]), (32, ["eigh_pairs"]), (33, ["cholesky_small", "svd_jacobi"])])
-def test_routes(device, monkeypatch, n, kernels):
-    """eigh_pairs to n = 32, one launch; past it the SVD of the Cholesky factor."""
+@pytest.mark.parametrize("n, dtype", [(5, torch.float32), (33, torch.float32), (64, torch.float32), (65, torch.float32),
+                                      (16, torch.complex64), (17, torch.complex64)])
+def test_routes(device, monkeypatch, n, dtype):
+    """eigh_pairs, one launch, to n = 64 (16 complex); past it the SVD's Jacobi on the
+    Cholesky factor (or the shifted matrix)."""
     from mpslinalg import cholesky_family
 
+    supported(device, dtype)
     launched = launches(monkeypatch, eigh_family, svd_family, cholesky_family)
-    A = hermitian_batch((2,), n, torch.float32, rng, cond=10.0)
+    A = hermitian_batch((2,), n, dtype, rng, cond=10.0)
     LA.eigh(A.to(device))
-    assert launched == kernels
+    if n <= (16 if dtype.is_complex else 64):
+        assert launched == ["eigh_pairs"]
+    else:
+        assert "eigh_pairs" not in launched and launched[-1] in ("svd_pairs", "svd_jacobi")
 
 
 # --- gradients ---
