@@ -89,43 +89,42 @@ def _normal(rng, shape, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(np.asarray(z)).to(dtype)
 
 
-def rows(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> list[Row]:
-    rng = np.random.default_rng(2024)
-    results = []
-    for dtype in dtypes:
-        for n in (1, 2, 3, 4, 8):
-            A = testing.batch_of((1000,), n, dtype, rng, cond=1e3).to(device)
-            shape = "1000x%dx%d" % (n, n)
-            for name, call, ratio in [
-                ("inv", lambda: LA.inv(A), lambda X: testing.inv_ratio(A, X)),
-                ("inv_ex", lambda: LA.inv_ex(A).inverse, lambda X: testing.inv_ratio(A, X)),
-                ("det", lambda: LA.det(A), lambda d: testing.det_ratio(A, d)),
-            ]:
-                result, seconds = _timed(device, call)
-                via = "fused kernel" if n <= SMALL else "LU kernels"
-                results.append(Row(name, str(dtype).removeprefix("torch."), shape, ratio(result), testing.THRESHOLD, seconds, via))
-        results += _triangular_rows(device, dtype, rng)
-        results += _lu_rows(device, dtype, rng)
-        results += _qr_rows(device, dtype, rng)
-        results += _svd_rows(device, dtype, rng)
-        results += _cholesky_rows(device, dtype, rng)
-        results += _eigh_rows(device, dtype, rng)
-        singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
-        _, seconds = _timed(device, lambda: LA.inv_ex(singular))
-        results.append(Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds))
-    return results
+def _inverse_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
+    """inv, inv_ex and det on the fused kernel's sizes and the LU kernels past them."""
+    for n in _cases((1, 2, 3, 4, 8), quick):
+        A = testing.batch_of((1000,), n, dtype, rng, cond=1e3).to(device)
+        shape = "1000x%dx%d" % (n, n)
+        for name, call, ratio in [
+            ("inv", lambda: LA.inv(A), lambda X: testing.inv_ratio(A, X)),
+            ("inv_ex", lambda: LA.inv_ex(A).inverse, lambda X: testing.inv_ratio(A, X)),
+            ("det", lambda: LA.det(A), lambda d: testing.det_ratio(A, d)),
+        ]:
+            result, seconds = _timed(device, call)
+            via = "fused kernel" if n <= SMALL else "LU kernels"
+            yield Row(name, str(dtype).removeprefix("torch."), shape, ratio(result), testing.THRESHOLD, seconds, via)
 
 
-def _triangular_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
-    results = []
+def _singular_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
+    """inv_ex's info on a rank-one batch."""
+    singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=dtype).expand(16, 2, 2).to(device)
+    _, seconds = _timed(device, lambda: LA.inv_ex(singular))
+    yield Row("inv_ex info", str(dtype).removeprefix("torch."), "16x2x2 rank 1", _singular_info_ratio(singular), 1.0, seconds)
+
+
+def _cases(cases, quick: bool):
+    """A family's cases, or only its first with ``check --quick``."""
+    return list(cases)[:1] if quick else cases
+
+
+def _triangular_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
     name = str(dtype).removeprefix("torch.")
-    for n, k, (upper, left, unit) in [
+    for n, k, (upper, left, unit) in _cases([
         (5, 3, (False, True, False)),
         (16, 8, (False, True, True)),
         (64, 64, (False, True, False)),
         (32, 5, (True, False, False)),
         (100, 10, (True, True, True)),
-    ]:
+    ], quick):
         count = 200
         A = torch.from_numpy(np.array([testing.triangle(n, 10.0, rng, dtype.is_complex, upper, unit) for _ in range(count)])).to(dtype).to(device)
         shape = (count, n, k) if left else (count, k, n)
@@ -133,29 +132,27 @@ def _triangular_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]
         X, seconds = _timed(device, lambda: LA.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
         flags = ("upper" if upper else "lower") + (" left" if left else " right") + (" unit" if unit else "")
         ratio = testing.solve_ratio(A, X, B, upper, left, unit)
-        results.append(Row("solve_triangular", name, f"{count}x{n}x{n} {k} rhs {flags}", ratio, testing.THRESHOLD, seconds))
+        yield (Row("solve_triangular", name, f"{count}x{n}x{n} {k} rhs {flags}", ratio, testing.THRESHOLD, seconds))
     L = torch.from_numpy(np.array([testing.triangle(48, 10.0, rng, dtype.is_complex, False, False) for _ in range(200)])).to(dtype).to(device)
     X, seconds = _timed(device, lambda: LA.tril_inverse(L))
-    results.append(Row("tril_inverse", name, "200x48x48", testing.inv_ratio(L, X), testing.THRESHOLD, seconds))
+    yield (Row("tril_inverse", name, "200x48x48", testing.inv_ratio(L, X), testing.THRESHOLD, seconds))
     if not dtype.is_complex:
         A = torch.from_numpy(rng.standard_normal((2, 256, 4, 64)) * 0.1).to(dtype).to(device)
         out, seconds = _timed(device, lambda: LA.solve_tril(A, output_dtype=dtype))
-        results.append(Row("solve_tril", name, "2x256x4x64", _solve_tril_ratio(A, out), testing.THRESHOLD, seconds))
-    return results
+        yield (Row("solve_tril", name, "2x256x4x64", _solve_tril_ratio(A, out), testing.THRESHOLD, seconds))
 
 
-def _lu_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+def _lu_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
     """lu_factor (sget01), lu_solve in its four forms and solve (sget02), inv (sget03),
     det, on the small kernel's sizes and on the blocked path."""
-    results = []
     name = str(dtype).removeprefix("torch.")
-    for count, m, n in [(500, 8, 8), (500, 32, 32), (200, 64, 64), (200, 40, 25), (200, 25, 40), (4, 200, 200), (2, 300, 150)]:
+    for count, m, n in _cases([(500, 8, 8), (500, 32, 32), (200, 64, 64), (200, 40, 25), (200, 25, 40), (4, 200, 200), (2, 300, 150)], quick):
         A = testing.batch_of((count,), n, dtype, rng, cond=1e3) if m == n else _normal(rng, (count, m, n), dtype)
         A = A.to(device)
         via = "small kernel" if max(m, n) <= LU_SIZES[-1] else "blocked"
         (LU, pivots, _), seconds = _timed(device, lambda: LA.lu_factor_ex(A))
         shape = f"{count}x{m}x{n}"
-        results.append(Row("lu_factor_ex", name, shape, testing.lu_ratio(A, LU, pivots), testing.THRESHOLD, seconds, via))
+        yield (Row("lu_factor_ex", name, shape, testing.lu_ratio(A, LU, pivots), testing.THRESHOLD, seconds, via))
         if m != n:
             continue
         B = _normal(rng, (count, n, 8), dtype).to(device)
@@ -164,31 +161,29 @@ def _lu_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
             X, seconds = _timed(device, lambda: LA.lu_solve(LU, pivots, rhs, left=left, adjoint=adjoint))
             flags = ("left" if left else "right") + (" adjoint" if adjoint else "")
             ratio = testing.general_solve_ratio(A, X, rhs, left, adjoint)
-            results.append(Row("lu_solve", name, f"{shape} 8 rhs {flags}", ratio, testing.THRESHOLD, seconds, via))
+            yield (Row("lu_solve", name, f"{shape} 8 rhs {flags}", ratio, testing.THRESHOLD, seconds, via))
         X, seconds = _timed(device, lambda: LA.solve(A, B))
-        results.append(Row("solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
+        yield (Row("solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
         X, seconds = _timed(device, lambda: LA.inv(A))
-        results.append(Row("inv", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
+        yield (Row("inv", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
         # Singular values 2 .. 1/2 (det near 1 at every n, away from over- and underflow).
         D = testing.batch_of((count,), n, dtype, rng, cond=4, scale=2).to(device)
         d, seconds = _timed(device, lambda: LA.det(D))
-        results.append(Row("det", name, shape, testing.det_ratio(D, d), testing.THRESHOLD, seconds, via))
-    return results
+        yield (Row("det", name, shape, testing.det_ratio(D, d), testing.THRESHOLD, seconds, via))
 
 
-def _qr_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+def _qr_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
     """qr in its reduced and complete modes: sqrt01's residual and sqrt02's orthogonality."""
-    results = []
     name = str(dtype).removeprefix("torch.")
-    for count, m, n in [(500, 8, 8), (500, 32, 32), (200, 32, 20), (200, 20, 32), (4, 100, 60), (2, 60, 100), (1, 700, 300)]:
+    for count, m, n in _cases([(500, 8, 8), (500, 32, 32), (200, 32, 20), (200, 20, 32), (4, 100, 60), (2, 60, 100), (1, 700, 300)], quick):
         A = _normal(rng, (count, m, n), dtype).to(device)
         via = "small kernels" if qr_small_size(GEQRF_SMALL, m, n, dtype) else "blocked"
         for mode in ("reduced", "complete"):
             (Q, R), seconds = _timed(device, lambda: LA.qr(A, mode=mode))
             residual, orthogonality = testing.qr_ratios(A.cpu(), Q.cpu(), R.cpu())
             shape = f"{count}x{m}x{n} {mode}"
-            results.append(Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via))
-            results.append(Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via))
+            yield (Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via))
+            yield (Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via))
     # sqrt03: ||op(Q) C - ormqr(C)||_1 / (m ||C||_1 eps), Q formed by householder_product.
     m, k = 150, 70
     packed, tau = LA.geqrf(_normal(rng, (2, m, k), dtype).to(device))
@@ -202,17 +197,15 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
         error = torch.linalg.matrix_norm(torch.from_numpy(testing.exact(X)) - expected, 1)
         ratio = (error / (m * torch.linalg.matrix_norm(c, 1) * testing.eps(dtype))).max().item()
         flags = ("left" if left else "right") + (" Q^H" if transpose else " Q")
-        results.append(Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked"))
-    return results
+        yield (Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked"))
 
 
-def _svd_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+def _svd_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
     """svd: sbdt01's residual, sort01's orthogonality of U and V, and the singular values
     against SciPy's; pinv by its first Moore-Penrose condition, ||A X A - A||_1 /
     (max(m, n) ||A||_1^2 ||X||_1 eps), the rounding of the product itself."""
-    results = []
     name = str(dtype).removeprefix("torch.")
-    for count, m, n in [(4096, 3, 3), (500, 8, 8), (50, 32, 32), (20, 64, 64), (20, 100, 30), (20, 30, 100)]:
+    for count, m, n in _cases([(4096, 3, 3), (500, 8, 8), (50, 32, 32), (20, 64, 64), (20, 100, 30), (20, 30, 100)], quick):
         A = _normal(rng, (count, m, n), dtype).to(device)
         k = min(m, n)
         via = "a thread" if k <= 3 else "registers" if svd_family._pair_size(k, dtype) else "threadgroup"
@@ -220,43 +213,39 @@ def _svd_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
         (U, S, Vh), seconds = _timed(device, lambda: LA.svd(A))
         ratios = testing.svd_ratios(A.cpu(), U.cpu(), S.cpu(), Vh.cpu())
         for what, ratio in zip(("residual", "U orthogonality", "V orthogonality", "singular values"), ratios):
-            results.append(Row("svd", name, f"{count}x{m}x{n} {what}", ratio, testing.THRESHOLD, seconds, via))
+            yield (Row("svd", name, f"{count}x{m}x{n} {what}", ratio, testing.THRESHOLD, seconds, via))
         X, seconds = _timed(device, lambda: LA.pinv(A))
         a, x = torch.from_numpy(testing.exact(A)), torch.from_numpy(testing.exact(X))
         norm = lambda M: torch.linalg.matrix_norm(M, 1)
         error = norm(a @ x @ a - a) / (max(m, n) * norm(a) ** 2 * norm(x) * testing.eps(dtype))
-        results.append(Row("pinv", name, f"{count}x{m}x{n} AXA = A", error.max().item(), testing.THRESHOLD, seconds, via))
-    return results
+        yield (Row("pinv", name, f"{count}x{m}x{n} AXA = A", error.max().item(), testing.THRESHOLD, seconds, via))
 
 
-def _cholesky_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+def _cholesky_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
     """cholesky (spot01), cholesky_solve (spot02) and cholesky_inverse (spot03's
     ||I - X A||_1 / (n ||A||_1 ||X||_1 eps)) on the kernel's sizes and the recursion."""
-    results = []
     name = str(dtype).removeprefix("torch.")
-    for count, n in [(1000, 3), (500, 8), (200, 64), (4, 200)]:
+    for count, n in _cases([(1000, 3), (500, 8), (200, 64), (4, 200)], quick):
         A = testing.hermitian_batch((count,), n, dtype, rng, cond=1e3).to(device)
         via = "small kernel" if n <= 64 else "recursive"
         shape = f"{count}x{n}x{n}"
         for upper in (True, False):  # the lower factor last: the solves below take it
             L, seconds = _timed(device, lambda: LA.cholesky(A, upper=upper))
-            results.append(Row("cholesky", name, shape + (" upper" if upper else ""), testing.cholesky_ratio(A, L, upper),
+            yield (Row("cholesky", name, shape + (" upper" if upper else ""), testing.cholesky_ratio(A, L, upper),
                                testing.THRESHOLD, seconds, via))
         A = L @ L.mH  # the matrix L stands for, as stored
         B = _normal(rng, (count, n, 8), dtype).to(device)
         X, seconds = _timed(device, lambda: LA.cholesky_solve(B, L))
-        results.append(Row("cholesky_solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
+        yield (Row("cholesky_solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
         X, seconds = _timed(device, lambda: LA.cholesky_inverse(L))
-        results.append(Row("cholesky_inverse", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
-    return results
+        yield (Row("cholesky_inverse", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
 
 
-def _eigh_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
+def _eigh_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
     """eigh: ssyt21's residual and orthogonality, the eigenvalues against SciPy's, on
     positive-definite and indefinite matrices; eigvalsh's eigenvalues."""
-    results = []
     name = str(dtype).removeprefix("torch.")
-    for count, n in [(4096, 3), (500, 8), (50, 32), (20, 64), (2, 100)]:
+    for count, n in _cases([(4096, 3), (500, 8), (50, 32), (20, 64), (2, 100)], quick):
         for definite in (True, False):
             A = testing.hermitian_batch((count,), n, dtype, rng, cond=1e3, definite=definite).to(device)
             via = "a thread" if n <= 4 else "registers" if eigh_family._pair_size(n, dtype) else "SVD"
@@ -264,30 +253,64 @@ def _eigh_rows(device: torch.device, dtype: torch.dtype, rng) -> list[Row]:
             (w, V), seconds = _timed(device, lambda: LA.eigh(A))
             ratios = testing.eigh_ratios(A, w, V)
             for what, ratio in zip(("residual", "orthogonality", "eigenvalues"), ratios):
-                results.append(Row("eigh", name, f"{shape} {what}", ratio, testing.THRESHOLD, seconds, via))
+                yield (Row("eigh", name, f"{shape} {what}", ratio, testing.THRESHOLD, seconds, via))
             w, seconds = _timed(device, lambda: LA.eigvalsh(A))
-            results.append(Row("eigvalsh", name, shape, testing.eigh_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via))
-    return results
+            yield (Row("eigvalsh", name, shape, testing.eigh_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via))
 
 
-def main() -> int:
+# Each family of rows with the functions it checks (``check -k`` skips the others).
+ROW_FAMILIES = (
+    (("inv", "inv_ex", "det"), _inverse_rows),
+    (("solve_triangular", "tril_inverse", "solve_tril"), _triangular_rows),
+    (("lu_factor_ex", "lu_solve", "solve", "inv", "det"), _lu_rows),
+    (("qr", "ormqr"), _qr_rows),
+    (("svd", "pinv"), _svd_rows),
+    (("cholesky", "cholesky_solve", "cholesky_inverse"), _cholesky_rows),
+    (("eigh", "eigvalsh"), _eigh_rows),
+    (("inv_ex info",), _singular_rows),
+)
+
+
+def rows(device: torch.device, dtypes: tuple[torch.dtype, ...], quick: bool = False, pattern: str = "",
+         progress=None) -> Iterator[Row]:
+    """The rows of every family and dtype, as each is computed: with ``quick`` only each
+    family's first case, with ``pattern`` only the functions whose names contain it. A
+    terminal ``progress`` shows which family runs (the first call of each compiles)."""
+    rng = np.random.default_rng(2024)
+    chosen = [(f, family) for f, family in ROW_FAMILIES if any(pattern in function for function in f)]
+    for d, dtype in enumerate(dtypes):
+        for i, (functions, family) in enumerate(chosen):
+            if progress is not None:
+                done = d * len(chosen) + i
+                bar = "#" * (20 * done // (len(dtypes) * len(chosen)))
+                print(f"\r[{bar:<20}] {', '.join(functions)} {str(dtype).removeprefix('torch.')}", end="", file=progress, flush=True)
+            for row in family(device, dtype, rng, quick):
+                if pattern in row.function:
+                    if progress is not None:
+                        print("\r\033[K", end="", file=progress, flush=True)  # the row takes the line
+                    yield row
+
+
+def main(quick: bool = False, pattern: str = "") -> int:
+    """Print the title and header, then each row as it is computed, then the count."""
     name, device, selected = best_runtime()
-    with selected:
-        dtypes = (torch.float32, torch.complex64) + ((torch.float64, torch.complex128) if device.type != "mps" else ())
-        table = rows(device, dtypes)
-    if name.startswith("torch.linalg"):  # no kernel ran
-        table = [replace(row, via="torch.linalg") for row in table]
+    dtypes = (torch.float32, torch.complex64) + ((torch.float64, torch.complex128) if device.type != "mps" else ())
     print(f"mpslinalg {LA.__version__} check on {name} ({device}), torch {torch.__version__}")
-    print(f"{'function':<17} {'dtype':<11} {'shape':<32} {'via':<13} {'ratio':>10} {'< thresh':>9} {'result':>6} {'time ms':>9}")
-    for row in table:
-        verdict = "pass" if row.passed else "FAIL"
-        print(
-            f"{row.function:<17} {row.dtype:<11} {row.shape:<32} {row.via:<13} {row.ratio:>10.3g} {row.threshold:>9.3g} "
-            f"{verdict:>6} {row.seconds * 1e3:>9.3f}"
-        )
-    failed = sum(not row.passed for row in table)
-    print(f"{len(table) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    print(f"{'function':<17} {'dtype':<11} {'shape':<34} {'via':<13} {'ratio':>10} {'< thresh':>9} {'result':>6} {'time ms':>9}",
+          flush=True)
+    passed = failed = 0
+    with selected:
+        for row in rows(device, dtypes, quick, pattern, sys.stderr if sys.stderr.isatty() else None):
+            if name.startswith("torch.linalg"):  # no kernel ran
+                row = replace(row, via="torch.linalg")
+            verdict = "pass" if row.passed else "FAIL"
+            passed, failed = passed + row.passed, failed + (not row.passed)
+            print(
+                f"{row.function:<17} {row.dtype:<11} {row.shape:<34} {row.via:<13} {row.ratio:>10.3g} {row.threshold:>9.3g} "
+                f"{verdict:>6} {row.seconds * 1e3:>9.3f}", flush=True,
+            )
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
 
 
 # --- check --kernels: every instance compiled and run ---

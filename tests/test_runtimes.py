@@ -309,6 +309,22 @@ def test_check_command_passes():
     assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
 
 
+def test_check_quick_filters_and_streams():
+    """``check --quick -k PATTERN``: the header first, only the functions named by the
+    pattern, a family's first case each; --help in plain words."""
+    done = run_module("mpslinalg", "check", "--quick", "-k", "cholesky")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split()[:2] == ["function", "dtype"]
+    functions = {line.split()[0] for line in lines[2:-1]}
+    assert functions == {"cholesky", "cholesky_solve", "cholesky_inverse"}
+    assert all(" 1000x3x3" in line for line in lines[2:-1]), "the first case alone"
+    assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
+    assert run_module("mpslinalg", "check", "-k", "no such function").returncode == 1
+    usage = run_module("mpslinalg", "--help").stdout
+    assert "info" in usage and "``" not in usage
+
+
 def test_check_kernels_command_passes_every_instance():
     """``check --kernels`` on the best runtime here (OpenCL in CI): a row for every
     instance the runtime can launch, each compiled and run against SciPy, all passing."""
