@@ -530,7 +530,7 @@ def _baseline(results: list[Result], r: Result) -> Result | None:
     (torch.linalg.lu_factor_ex for mpslinalg.lu_factor_ex), timed the same way (graph
     or not) where it can be."""
     graph = r.implementation.endswith(" (graph)")
-    rows = [b for b in results if b.case == r.case and b.implementation.removesuffix(" (graph)") in BASELINES]
+    rows = [b for b in results if (b.family, b.case) == (r.family, r.case) and b.implementation.removesuffix(" (graph)") in BASELINES]
     function = r.implementation.removesuffix(" (graph)").split(" ")[0].rsplit(".", 1)[-1]
     namesakes = (f"torch.linalg.{function}", f"torch.{function}")  # torch.geqrf is not in torch.linalg
     rows = [b for b in rows if b.implementation.removesuffix(" (graph)") in namesakes] or rows
@@ -558,15 +558,157 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
     """The header, then a table per family in the order they ran."""
     lines = [header]
     for family in dict.fromkeys(r.family for r in results):
-        lines += ["", f"## {family}", "", "| case | implementation | time (ms) | GB/s | % of peak | vs torch.linalg |", "|---|---|---|---|---|---|"]
+        lines += ["", f"## {family}", "", "| case | implementation | vs torch.linalg | time (ms) | % of peak | GB/s |", "|---|---|---|---|---|---|"]
         for r in results:
             if r.family != family:
                 continue
             base = _baseline(results, r)
             speedup = f"{base.seconds / r.seconds:.1f}x" if base else ""
             fraction = f"{100 * r.bandwidth / peak:.0f}%" if peak else ""
-            lines.append(f"| {r.case} | {r.implementation} | {r.seconds * 1e3:.4f} | {r.bandwidth / 1e9:.3g} | {fraction} | {speedup} |")
+            lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.4f} | {fraction} | {r.bandwidth / 1e9:.3g} |")
     return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Comparison:
+    """One mpslinalg function on one case, against torch.linalg and the fastest peer."""
+
+    family: str
+    case: str
+    function: str  # mpslinalg.inv_ex
+    eager: Result
+    graph: Result | None
+    torch_eager: Result | None
+    torch_graph: Result | None
+    peer: Result | None  # the fastest row of neither mpslinalg nor torch
+
+    @property
+    def eager_ratio(self) -> float | None:
+        return self.torch_eager.seconds / self.eager.seconds if self.torch_eager else None
+
+    @property
+    def graph_ratio(self) -> float | None:
+        return self.torch_graph.seconds / self.graph.seconds if self.graph and self.torch_graph else None
+
+
+def comparisons(results: list[Result]) -> list[Comparison]:
+    """Every mpslinalg row timed eagerly, with its graph replay and its baselines."""
+    found = []
+    for r in results:
+        if not r.implementation.startswith("mpslinalg.") or r.implementation.endswith(" (graph)"):
+            continue
+        same = [o for o in results if (o.family, o.case) == (r.family, r.case)]
+        graph = next((g for g in same if g.implementation == r.implementation + " (graph)"), None)
+        others = [o for o in same if not o.implementation.startswith(("mpslinalg.", "torch."))]
+        torch_graph = _baseline(results, graph) if graph else None
+        found.append(Comparison(
+            r.family, r.case, r.implementation, r, graph, _baseline(results, r),
+            torch_graph if torch_graph and torch_graph.implementation.endswith(" (graph)") else None,
+            min(others, key=lambda o: o.seconds, default=None),
+        ))
+    return found
+
+
+def _ratio(x: float | None) -> str:
+    return "" if x is None else f"{x:.2g}x" if x < 10 else f"{x:.0f}x"
+
+
+def performance_page(results: list[Result], header: str, peak: float | None, figures: str) -> str:
+    """The users' performance page: the measured setting, the cases where torch.linalg is
+    faster, and per family a plot and a table with the ratios first."""
+    setting = header.split("\n\n")[1].split(". Time per call")[0]
+    found = comparisons(results)
+    lines = [
+        "# Performance", "",
+        f"Measured with `python -m mpslinalg.bench` on {setting}.", "",
+        "How to read the tables: **x torch** is torch.linalg's time divided by mpslinalg's for the same call "
+        "on the same device in the same process, so above 1x mpslinalg is faster. *Eager* is one call as a "
+        "training step makes it, host work included (the median of back-to-back calls); *GPU time* replays "
+        "the calls from a CUDA graph, which leaves the device's work alone. **% of HBM** is the effective "
+        "bandwidth (each input byte read and each output byte written once) as a fraction of the device's.",
+        "", "These are the Metal kernels' sources compiled for CUDA: no Apple GPU has been measured yet.", "",
+    ]
+    missing = [f for f in FAMILIES if f not in {c.family for c in found}]
+    if missing:
+        lines += [f"Not measured on a GPU yet: {', '.join(missing)}.", ""]
+    lines += [
+        "## When not to use mpslinalg (yet)", "",
+        "The measured cases where one eager call of torch.linalg is faster (small batched LU calls lose to "
+        "host work around the kernels; single large matrices to cuSOLVER's blocked algorithms):", "",
+        "| function | case | x torch | mpslinalg, ms | torch.linalg, ms |", "|---|---|---|---|---|",
+    ]
+    losing = [c for c in found if c.eager_ratio is not None and c.eager_ratio < 1]
+    for c in losing:
+        lines.append(f"| `{c.function.split(' ')[0].removeprefix('mpslinalg.')}` | {c.case} | {_ratio(c.eager_ratio)} | "
+                     f"{c.eager.seconds * 1e3:.3g} | {c.torch_eager.seconds * 1e3:.3g} |")
+    if not losing:
+        lines.append("| none | | | | |")
+    for family in dict.fromkeys(c.family for c in found):
+        lines += ["", f"## {family}", "", f"![{family}: mpslinalg against torch.linalg]({figures}/{family}.svg)", "",
+                  "| case | function | x torch, eager | x torch, GPU time | ms, eager | % of HBM | fastest other |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in found:
+            if c.family != family:
+                continue
+            best = min((x for x in (c.eager, c.graph) if x), key=lambda x: x.seconds)
+            hbm = f"{100 * best.bandwidth / peak:.0f}%" if peak else ""
+            peer = f"{c.peer.implementation} {c.peer.seconds * 1e3:.3g} ms" if c.peer else ""
+            lines.append(f"| {c.case} | `{c.function.removeprefix('mpslinalg.')}` | {_ratio(c.eager_ratio)} | "
+                         f"{_ratio(c.graph_ratio)} | {c.eager.seconds * 1e3:.3g} | {hbm} | {peer} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[Result], directory: str) -> list[str]:
+    """A horizontal bar chart per family of the x torch ratios (eager and GPU time, log
+    scale), written as ``directory/<family>.svg``; the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    found = comparisons(results)
+    written = []
+    for family in dict.fromkeys(c.family for c in found):
+        rows = [c for c in found if c.family == family and c.eager_ratio is not None]
+        if not rows:
+            continue
+        labels = [f"{c.function.split(' ')[0].removeprefix('mpslinalg.')}  {c.case}" for c in rows]
+        y = list(range(len(rows)))[::-1]
+        fig, ax = plt.subplots(figsize=(9, 0.9 + 0.34 * len(rows)))
+        eager = ax.barh([v + 0.2 for v in y], [c.eager_ratio for c in rows], height=0.4, color="#1f77b4", label="eager call")
+        ax.bar_label(eager, labels=[_ratio(c.eager_ratio) for c in rows], fontsize=8, padding=2)
+        graph = [(v, c.graph_ratio) for v, c in zip(y, rows) if c.graph_ratio is not None]
+        if graph:
+            bars = ax.barh([v - 0.2 for v, _ in graph], [g for _, g in graph], height=0.4, color="#ff7f0e", label="GPU time (graph)")
+            ax.bar_label(bars, labels=[_ratio(g) for _, g in graph], fontsize=8, padding=2)
+        ax.margins(x=0.12)
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yticks(y, labels, fontsize=9)
+        ax.set_xlabel("x torch.linalg (torch's time / mpslinalg's; right of the line: mpslinalg faster)")
+        ax.set_title(f"{family}: mpslinalg against torch.linalg", loc="left")
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=9, frameon=False)
+        ax.grid(axis="x", which="major", alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(directory, f"{family}.svg")
+        fig.savefig(path, metadata={"Date": None})
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def report(paths: list[str], page: str) -> int:
+    """``--plot``: the performance page and its figures (beside it, in a folder of its
+    name) from earlier runs' JSON."""
+    runs = [json.load(open(path)) for path in paths]
+    fields = set(Result.__dataclass_fields__)
+    results = [Result(**{k: v for k, v in r.items() if k in fields}) for run in runs for r in run["results"]]
+    directory = os.path.splitext(page)[0]
+    plot(results, directory)
+    with open(page, "w") as f:
+        f.write(performance_page(results, runs[0]["header"], runs[0].get("peak"), os.path.basename(directory)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -577,7 +719,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="measure nothing: one report of earlier runs' JSON files")
+    parser.add_argument("--plot", nargs="+", metavar="JSON",
+                        help="measure nothing: the performance page (--page) and its figures from earlier runs' JSON files")
+    parser.add_argument("--page", default="docs/performance.md", help="where --plot writes the page (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.plot:
+        return report(args.plot, args.page)
     if args.merge:
         return merge(args.merge, args.markdown, args.json)
     if unknown := [f for f in args.families if f not in FAMILIES]:

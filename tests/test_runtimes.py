@@ -1,7 +1,9 @@
 """The runtimes: generated entry points, the Metal launch up to torch's call, dispatch, caching."""
 
 import importlib.util
+import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -400,12 +402,46 @@ def test_bench_merges_runs_and_defaults_to_every_family(tmp_path, monkeypatch):
     assert bench.main(["--merge", *runs, "--markdown", str(tmp_path / "report.md")]) == 0
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# header\n\ninv run") and "2 runs (inv; svd)" in report
-    assert "## inv" in report and "## svd" in report and "| svd case | mpslinalg.svd | 1.0000 |" in report
+    assert "## inv" in report and "## svd" in report and "| svd case | mpslinalg.svd |  | 1.0000 |" in report
     ran = []
     monkeypatch.setattr(bench, "FAMILIES", {name: (lambda device, batch, name=name: ran.append(name) or []) for name in ("a", "b")})
     assert bench.main([]) == 0 and ran == ["a", "b"]
     with pytest.raises(SystemExit):
         bench.main(["c"])
+
+
+def test_bench_plot_writes_the_performance_page_and_its_figures(tmp_path):
+    """--plot: per family a figure and a table with the ratios first; the cases where
+    torch.linalg is faster listed apart; the families not measured named."""
+    from mpslinalg import bench
+
+    rows = [("mpslinalg.inv_ex", 1e-3), ("mpslinalg.inv_ex (graph)", 5e-4), ("torch.linalg.inv_ex", 4e-3),
+            ("torch.linalg.inv_ex (graph)", 4e-3), ("cupy.linalg.inv", 2e-3)]
+    results = [bench.Result("inv", "1000 x 4x4 float32", name, seconds, 10**6) for name, seconds in rows]
+    results.append(bench.Result("svd", "1024x1024 float32", "mpslinalg.svd", 2.0, 10**6))
+    results.append(bench.Result("svd", "1024x1024 float32", "torch.linalg.svd", 0.05, 10**6))
+    bench.write(results, "# mpslinalg benchmark\n\nSome GPU via cuda; 2026-12-05. Time per call", 1e12, None, str(tmp_path / "b.json"))
+    assert bench.main(["--plot", str(tmp_path / "b.json"), "--page", str(tmp_path / "perf.md")]) == 0
+    page = (tmp_path / "perf.md").read_text()
+    assert "on Some GPU via cuda; 2026-12-05." in page
+    assert "| 1000 x 4x4 float32 | `inv_ex` | 4x | 8x | 1 | 0% | cupy.linalg.inv 2 ms |" in page
+    assert "| `svd` | 1024x1024 float32 | 0.025x | 2e+03 | 50 |" in page  # torch is faster
+    assert "Not measured on a GPU yet: triangular, lu, qr, cholesky, eigh." in page
+    for family in ("inv", "svd"):
+        assert f"](perf/{family}.svg)" in page and (tmp_path / "perf" / f"{family}.svg").read_text().startswith("<?xml")
+
+
+def test_performance_page_is_generated_from_the_report():
+    """docs/performance.md is what --plot makes of docs/benchmark-report.json (its figures
+    beside it), not a hand-written table."""
+    from mpslinalg import bench
+
+    docs = pathlib.Path(__file__).parent.parent / "docs"
+    run = json.loads((docs / "benchmark-report.json").read_text())
+    results = [bench.Result(**{k: v for k, v in r.items() if k in bench.Result.__dataclass_fields__}) for r in run["results"]]
+    assert (docs / "performance.md").read_text() == bench.performance_page(results, run["header"], run["peak"], "performance")
+    for family in dict.fromkeys(r.family for r in results):
+        assert (docs / "performance" / f"{family}.svg").exists()
 
 
 def test_eager_calls_skip_the_custom_op_only_when_nothing_needs_it():
