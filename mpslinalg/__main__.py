@@ -1,4 +1,4 @@
-"""mpslinalg's command line: ``info`` and ``check``."""
+"""mpslinalg's command line: ``info``, ``kernels`` and ``check``."""
 
 from __future__ import annotations
 
@@ -24,14 +24,39 @@ def info() -> int:
     return 0
 
 
+def kernel_table() -> str:
+    """Markdown: for each public function, the dtypes its kernels take on each runtime
+    (from the kernel declarations of its module); everything else goes to torch.linalg."""
+    import mpslinalg
+    from mpslinalg._kernel import Kernel
+    from mpslinalg.runtimes import RUNTIMES
+
+    names = {"metal": "Metal (MPS tensors)", "cuda": "CUDA (CUDA tensors)", "opencl": "OpenCL (CPU tensors, opt-in)"}
+    lines = ["| function | " + " | ".join(names.values()) + " |", "|---|" + "---|" * len(names)]
+    for name in mpslinalg.__all__:
+        function = getattr(mpslinalg, name)
+        kernels = [k for k in vars(sys.modules[function.__module__]).values() if isinstance(k, Kernel)]
+        if not kernels:
+            continue  # backends, use_backend
+        cells = []
+        for runtime in names:
+            dtypes = [d for d in RUNTIMES[runtime].dtypes if any(k.exists(d, **v) for k in kernels for v in k.instances)]
+            cells.append(", ".join(str(d).removeprefix("torch.") for d in dtypes))
+        if name == "solve_tril":  # computes in float32 whatever it is given
+            cells = ["float32" for _ in cells]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mpslinalg",
-        description="mpslinalg's command line: 'info' says which runtimes are usable here; 'check' runs every "
-        "function (or every kernel) on the best of them against SciPy.",
+        description="mpslinalg's command line: 'info' says which runtimes are usable here; 'kernels' which "
+        "functions run on kernels where; 'check' runs every function (or every kernel) on the best runtime against SciPy.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="which runtimes are usable here, and why not")
+    sub.add_parser("kernels", help="which functions run on kernels on which runtime and dtype (a Markdown table)")
     check = sub.add_parser("check", help="run every function on the best runtime against SciPy")
     check.add_argument(
         "--kernels", action="store_true",
@@ -43,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "info":
         return info()
+    if args.command == "kernels":
+        print(kernel_table(), end="")
+        return 0
     from mpslinalg import check as checks
 
     return checks.main_kernels() if args.kernels else checks.main(args.quick, args.pattern)

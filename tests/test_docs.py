@@ -16,6 +16,25 @@ def test_api_reference_documents_every_public_function():
     assert documented == set(mpslinalg.__all__)
 
 
+# Words of the project's own process, which a user's page has no use for.
+INTERNAL = re.compile(r"\bsessions?\b|\bissue \d+|the issue's|\bdevice tool\b|closing note|\bnotes/", re.I)
+
+
+def test_user_pages_have_no_internal_words():
+    for page in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+        found = INTERNAL.findall(page.read_text())
+        assert not found, f"{page.name}: {found}"
+
+
+def test_kernel_table_is_generated():
+    """docs/support.md's table is what ``python -m mpslinalg kernels`` prints."""
+    from mpslinalg.__main__ import kernel_table
+
+    page = (ROOT / "docs" / "support.md").read_text()
+    generated = page.split("<!-- generated: python -m mpslinalg kernels -->\n")[1].split("<!-- end generated -->")[0]
+    assert generated.strip() == kernel_table().strip()
+
+
 def test_site_builds_strictly(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
@@ -24,3 +43,6 @@ def test_site_builds_strictly(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     page = (tmp_path / "site" / "api" / "index.html").read_text()
     assert all(f'id="mpslinalg.{name}"' in page for name in mpslinalg.__all__)
+    for name in ("performance", "support", "migration", "troubleshooting"):
+        assert (tmp_path / "site" / name / "index.html").exists(), name
+    assert (tmp_path / "site" / "performance" / "svd.svg").exists()  # the plots come with the page
