@@ -48,6 +48,12 @@ def use_backend(name: str):
 
     The choice belongs to the calling thread (a context variable); under
     torch.compile it is read once, when the function is compiled.
+
+    Example:
+        >>> with LA.use_backend("torch"):  # CPU tensors to torch.linalg inside the block
+        ...     LA.inv(2 * torch.eye(2))
+        tensor([[0.5000, 0.0000],
+                [0.0000, 0.5000]])
     """
     if name not in CPU_BACKENDS:
         raise ValueError(f"use_backend: expected one of {CPU_BACKENDS}, got {name!r}")
@@ -252,5 +258,10 @@ def _contiguous(result):
 
 
 def backends() -> dict[str, Status]:
-    """For each runtime, whether it is usable here and, if not, why."""
+    """For each runtime, whether it is usable here and, if not, why.
+
+    Example:
+        >>> sorted(LA.backends())
+        ['cuda', 'metal', 'opencl']
+    """
     return {name: runtime.status() for name, runtime in RUNTIMES.items()}

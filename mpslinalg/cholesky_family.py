@@ -317,6 +317,11 @@ def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = Fa
         factored too). No host synchronisation.
 
     Gradients (reverse and forward mode) are torch's.
+
+    Example:
+        >>> L, info = LA.cholesky_ex(torch.tensor([[1.0, 2.0], [2.0, 1.0]]))
+        >>> info  # the leading minor of order 2 is not positive definite
+        tensor(2, dtype=torch.int32)
     """
     if not _dispatch.square_kernels_apply("linalg.cholesky", A):  # torch's checks name cholesky
         return _dispatch.TORCH.cholesky_ex(A, upper=upper, check_errors=check_errors, out=out)
@@ -329,7 +334,14 @@ def cholesky(A: torch.Tensor, *, upper: bool = False, out: torch.Tensor | None =
     """The Cholesky factor L (A = L L^H) of Hermitian positive-definite matrices, like
     ``torch.linalg.cholesky``; U = L^H with ``upper``. Raises
     ``torch.linalg.LinAlgError`` with torch's message for a matrix that is not
-    positive definite, which synchronises with the device; ``cholesky_ex`` does not."""
+    positive definite, which synchronises with the device; ``cholesky_ex`` does not.
+
+    Example:
+        >>> A = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
+        >>> LA.cholesky(A)
+        tensor([[2.0000, 0.0000],
+                [1.0000, 1.4142]])
+    """
     if not _dispatch.square_kernels_apply("linalg.cholesky", A):
         return _dispatch.TORCH.cholesky(A, upper=upper, out=out)
     _checks.out_without_grad("linalg_cholesky_ex", out, A)
@@ -359,7 +371,15 @@ def _check_cholesky_solve(B: torch.Tensor, L: torch.Tensor) -> None:
 def cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """X = A^-1 B for A = L L^H (A = U^H U with ``upper``), like ``torch.cholesky_solve``:
     B ``(*, n, k)``, L ``(*, n, n)`` (only its triangle is read), batch dims
-    broadcast. Gradients are torch's, in B and in L (not projected on the triangle)."""
+    broadcast. Gradients are torch's, in B and in L (not projected on the triangle).
+
+    Example:
+        >>> A = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
+        >>> B = torch.tensor([[2.0], [1.0]])
+        >>> X = LA.cholesky_solve(B, LA.cholesky(A))
+        >>> torch.allclose(A @ X, B)
+        True
+    """
     if not (_dispatch.has_kernels(L, B) and L.dtype in _dispatch.kernel_runtime(L).dtypes):
         return _dispatch.TORCH.cholesky_solve(B, L, upper, out=out)
     _check_cholesky_solve(B, L)
@@ -370,7 +390,14 @@ def cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False, *, out
 def cholesky_inverse(L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """(L L^H)^-1 (U^-1 U^-H with ``upper``) from a Cholesky factor, like
     ``torch.cholesky_inverse``: ``(*, n, n)``; only L's triangle is read.
-    Gradient: torch's."""
+    Gradient: torch's.
+
+    Example:
+        >>> A = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
+        >>> X = LA.cholesky_inverse(LA.cholesky(A))
+        >>> torch.allclose(X @ A, torch.eye(2), atol=1e-6)
+        True
+    """
     if not _dispatch.has_kernels(L) or L.dtype not in _dispatch.kernel_runtime(L).dtypes:
         return _dispatch.TORCH.cholesky_inverse(L, upper, out=out)
     _checks.square("cholesky_inverse", L)

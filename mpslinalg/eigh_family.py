@@ -280,6 +280,14 @@ def eigh(A: torch.Tensor, UPLO: str = "L", *, out=None):
     sign (phase), as torch's. Gradients are torch's, and fail as torch's for a
     complex loss that depends on the eigenvectors' phases; they are not defined
     where eigenvalues repeat.
+
+    Example:
+        >>> A = torch.tensor([[2.0, 1.0], [1.0, 2.0]])
+        >>> w, V = LA.eigh(A)
+        >>> w
+        tensor([1., 3.])
+        >>> torch.allclose(V @ torch.diag(w) @ V.mT, A)
+        True
     """
     if not _kernels_apply("linalg.eigh", A, UPLO):
         return _dispatch.TORCH.eigh(A, UPLO=UPLO, out=out)
@@ -290,7 +298,12 @@ def eigh(A: torch.Tensor, UPLO: str = "L", *, out=None):
 
 def eigvalsh(A: torch.Tensor, UPLO: str = "L", *, out=None) -> torch.Tensor:
     """The eigenvalues of Hermitian matrices, ascending, like ``torch.linalg.eigvalsh``.
-    Its gradient takes the eigenvectors, so a differentiable call runs ``eigh``."""
+    Its gradient takes the eigenvectors, so a differentiable call runs ``eigh``.
+
+    Example:
+        >>> LA.eigvalsh(torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
+        tensor([1., 3.])
+    """
     if not _kernels_apply("linalg.eigh", A, UPLO):  # torch's checks name eigh
         return _dispatch.TORCH.eigvalsh(A, UPLO=UPLO, out=out)
     _checks.out_without_grad("_linalg_eigh", out, A)

@@ -272,6 +272,11 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
     Gradients (reverse and forward mode) flow to ``inverse``: ``-A^-H G A^-H``.
     n <= 4 runs the fused kernel; larger n the LU factorization and its solves
     with B = I (as torch.linalg.inv_ex).
+
+    Example:
+        >>> X, info = LA.inv_ex(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))
+        >>> info  # U[1, 1] is zero: singular
+        tensor(2, dtype=torch.int32)
     """
     if not _dispatch.square_kernels_apply("linalg.inv", A):
         return _dispatch.TORCH.inv_ex(A, check_errors=check_errors, out=out)
@@ -288,6 +293,11 @@ def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     Raises ``torch.linalg.LinAlgError`` with torch's message when a matrix is
     singular, which synchronises with the device; ``inv_ex`` does not. Gradient:
     ``-A^-H G A^-H``. n <= 4 runs the fused kernel; larger n the LU family.
+
+    Example:
+        >>> LA.inv(torch.tensor([[2.0, 0.0], [0.0, 4.0]]))
+        tensor([[0.5000, 0.0000],
+                [0.0000, 0.2500]])
     """
     if not _dispatch.square_kernels_apply("linalg.inv", A):
         return _dispatch.TORCH.inv(A, out=out)
@@ -303,6 +313,10 @@ def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     an exactly singular matrix, as torch's first-order backward (torch's
     double backward there uses the adjugate; this one stays 0). n <= 4 runs the
     fused kernel; larger n the LU family.
+
+    Example:
+        >>> LA.det(torch.tensor([[2.0, 1.0], [1.0, 3.0]]))
+        tensor(5.)
     """
     if not _dispatch.square_kernels_apply("linalg.det", A):
         return _dispatch.TORCH.det(A, out=out)

@@ -533,6 +533,11 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
         else 0. The pivot is the largest ``|a|`` (``|re| + |im|`` for complex),
         the lowest row on ties, as LAPACK. Gradients flow to LU (torch's formula:
         A must have full rank), in reverse and forward mode.
+
+    Example:
+        >>> LU, pivots, info = LA.lu_factor_ex(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))
+        >>> info  # U[1, 1] == 0
+        tensor(2, dtype=torch.int32)
     """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.lu_factor_ex(A, pivot=pivot, check_errors=check_errors, out=out)
@@ -546,7 +551,13 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
 def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
     """``(LU, pivots)`` as :func:`lu_factor_ex`, raising torch's RuntimeError when a
     U[i, i] is exactly zero (which synchronises with the device), like
-    ``torch.linalg.lu_factor``."""
+    ``torch.linalg.lu_factor``.
+
+    Example:
+        >>> LU, pivots = LA.lu_factor(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        >>> pivots  # 1-based: row 1 was interchanged with row 2
+        tensor([2, 2], dtype=torch.int32)
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.lu_factor(A, pivot=pivot, out=out)
     if A.dim() < 2:
@@ -559,7 +570,14 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
 def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
     """``(P, L, U)`` with A = P L U, like ``torch.linalg.lu``: P ``(*, m, m)`` (empty
     with ``pivot=False``), L ``(*, m, k)`` unit lower, U ``(*, k, n)``, k = min(m, n).
-    Gradients flow to L and U."""
+    Gradients flow to L and U.
+
+    Example:
+        >>> A = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> P, L, U = LA.lu(A)
+        >>> torch.allclose(P @ L @ U, A)
+        True
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.lu(A, pivot=pivot, out=out)
     if A.dim() < 2:
@@ -584,6 +602,13 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: b
     LU ``(*, n, n)`` and pivots ``(*, n)`` int32 from :func:`lu_factor`; B
     ``(*, n, k)`` (or ``(*, k, n)``), batch dims broadcast with LU's. A zero
     pivot gives inf/NaN, no error. Differentiable in LU and B.
+
+    Example:
+        >>> A = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> B = torch.tensor([[5.0], [6.0]])
+        >>> X = LA.lu_solve(*LA.lu_factor(A), B)
+        >>> torch.allclose(A @ X, B)
+        True
     """
     if not _dispatch.has_kernels(LU, pivots, B):
         return _dispatch.TORCH.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
@@ -612,7 +637,13 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
     """``(X, info)`` with A X = B (or X A = B), like ``torch.linalg.solve_ex``: LU with
     partial pivoting, then the triangular solves; ``info`` as :func:`lu_factor_ex`
     (X then holds inf/NaN). B may be a vector (``(*, n)``). No host synchronisation
-    unless ``check_errors``. Differentiable in A and B."""
+    unless ``check_errors``. Differentiable in A and B.
+
+    Example:
+        >>> X, info = LA.solve_ex(torch.tensor([[1.0, 2.0], [2.0, 4.0]]), torch.ones(2, 1))
+        >>> info
+        tensor(2, dtype=torch.int32)
+    """
     if not _dispatch.has_kernels(A, B):
         return _dispatch.TORCH.solve_ex(A, B, left=left, check_errors=check_errors, out=out)
     _checks.out_without_grad("_linalg_solve_ex", out, A, B)
@@ -623,7 +654,14 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
 def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> torch.Tensor:
     """X with A X = B (or X A = B), like ``torch.linalg.solve``; raises
     ``torch.linalg.LinAlgError`` for singular A (a host synchronisation; ``solve_ex``
-    has none)."""
+    has none).
+
+    Example:
+        >>> A = torch.tensor([[3.0, 1.0], [1.0, 2.0]])
+        >>> b = torch.tensor([9.0, 8.0])
+        >>> torch.allclose(LA.solve(A, b), torch.tensor([2.0, 3.0]))
+        True
+    """
     if not _dispatch.has_kernels(A, B):
         return _dispatch.TORCH.solve(A, B, left=left, out=out)
     _checks.out_without_grad("_linalg_solve_ex", out, A, B)
@@ -662,7 +700,14 @@ def slogdet(A: torch.Tensor, *, out=None):
     """``(sign, logabsdet)`` of square matrices, like ``torch.linalg.slogdet``: sign has
     A's dtype (a unit complex number for complex A, 0 if A is singular), logabsdet is
     real (-inf if singular). From the LU's diagonal and pivots, on the device.
-    Gradients as torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A)."""
+    Gradients as torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A).
+
+    Example:
+        >>> LA.slogdet(torch.tensor([[-2.0, 0.0], [0.0, 3.0]]))
+        torch.return_types.linalg_slogdet(
+        sign=tensor(-1.),
+        logabsdet=tensor(1.7918))
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.slogdet(A, out=out)
     _checks.square("linalg.slogdet", A)
@@ -676,7 +721,12 @@ def slogdet(A: torch.Tensor, *, out=None):
 
 def logdet(A: torch.Tensor) -> torch.Tensor:
     """log(det(A)), like ``torch.logdet``: NaN for a real A with negative determinant,
-    -inf for a singular one; complex A gives the complex logarithm."""
+    -inf for a singular one; complex A gives the complex logarithm.
+
+    Example:
+        >>> LA.logdet(2 * torch.eye(3))
+        tensor(2.0794)
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.logdet(A)
     _checks.square("logdet", A)

@@ -379,7 +379,15 @@ def geqrf(A: torch.Tensor, *, out=None):
     """``(a, tau)``: A's QR factorization in LAPACK's packed form, like ``torch.geqrf``:
     R on and above the diagonal of ``a``, the Householder vectors below it
     (H_j = I - tau_j v_j v_j^H, v_j[j] = 1), ``tau`` ``(*, min(m, n))``. Not
-    differentiable, as in torch."""
+    differentiable, as in torch.
+
+    Example:
+        >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0]])
+        >>> packed, tau = LA.geqrf(A)
+        >>> Q = LA.householder_product(packed, tau)
+        >>> torch.allclose(Q @ packed.triu(), A)
+        True
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.geqrf(A, out=out)
     _checks.out_without_grad("geqrf", out, A)
@@ -399,7 +407,14 @@ def geqrf(A: torch.Tensor, *, out=None):
 def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torch.Tensor:
     """The first n columns of H_0 ... H_{k-1} (m x n), the reflectors as :func:`geqrf`
     leaves them in A (m x n, m >= n >= k = tau.shape[-1]), like
-    ``torch.linalg.householder_product``. Differentiable in A and tau."""
+    ``torch.linalg.householder_product``. Differentiable in A and tau.
+
+    Example:
+        >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0], [0.0, 5.0]])
+        >>> Q = LA.householder_product(*LA.geqrf(A))  # the first 2 columns of the 3 x 3 Q
+        >>> torch.allclose(Q.mT @ Q, torch.eye(2), atol=1e-6)
+        True
+    """
     if not _dispatch.has_kernels(A, tau):
         return _dispatch.TORCH.householder_product(A, tau, out=out)
     _checks.out_without_grad("linalg_householder_product", out, A, tau)
@@ -419,7 +434,15 @@ def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True
     mn = C's rows if ``left`` else its columns) and tau (k), like ``torch.ormqr``
     (sormqr / cunmqr): each panel of PANEL_WIDTH reflectors is applied as
     I - V T V^H by matrix products, and Q is never formed. Differentiable in A,
-    tau and C."""
+    tau and C.
+
+    Example:
+        >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0]])
+        >>> packed, tau = LA.geqrf(A)
+        >>> C = torch.eye(2)
+        >>> torch.allclose(LA.ormqr(packed, tau, C), LA.householder_product(packed, tau))  # Q C
+        True
+    """
     if not _dispatch.has_kernels(A, tau, C):
         return _dispatch.TORCH.ormqr(A, tau, C, left, transpose, out=out)
     _checks.out_without_grad("ormqr", out, A, tau, C)
@@ -490,7 +513,14 @@ def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):
     """``(Q, R)`` with A = Q R, like ``torch.linalg.qr``: Householder QR, R's diagonal
     of either sign as LAPACK leaves it. ``mode``: 'reduced' (Q m x k, R k x n, k =
     min(m, n)), 'complete' (Q m x m, R m x n) or 'r' (R only, Q empty).
-    Differentiable as torch's: 'reduced', and 'complete' when m <= n."""
+    Differentiable as torch's: 'reduced', and 'complete' when m <= n.
+
+    Example:
+        >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0]])
+        >>> Q, R = LA.qr(A)
+        >>> torch.allclose(Q @ R, A) and torch.allclose(Q.mT @ Q, torch.eye(2), atol=1e-6)
+        True
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.qr(A, mode=mode, out=out)
     _checks.out_without_grad("linalg_qr", out, A)

@@ -305,7 +305,16 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
     accuracy. ``driver`` (CUDA only, as torch) is accepted and changes nothing.
     Non-finite input gives NaN (as torch on CUDA). Singular vectors are
     unique up to a sign (a phase for complex) per singular value; gradients as
-    torch's, which fail for losses that depend on that phase."""
+    torch's, which fail for losses that depend on that phase.
+
+    Example:
+        >>> A = torch.tensor([[3.0, 0.0], [0.0, -2.0]])
+        >>> U, S, Vh = LA.svd(A)
+        >>> S
+        tensor([3., 2.])
+        >>> torch.allclose(U @ torch.diag(S) @ Vh, A)
+        True
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.svd(A, full_matrices=full_matrices, driver=driver, out=out)
     _checks.out_without_grad("_linalg_svd", out, A)
@@ -317,7 +326,12 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
 
 
 def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
-    """The singular values of A, descending, like ``torch.linalg.svdvals``."""
+    """The singular values of A, descending, like ``torch.linalg.svdvals``.
+
+    Example:
+        >>> LA.svdvals(torch.tensor([[3.0, 0.0], [0.0, -2.0]]))
+        tensor([3., 2.])
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.svdvals(A, driver=driver, out=out)
     _checks.out_without_grad("_linalg_svd", out, A)
@@ -413,7 +427,14 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
     over the singular values above max(atol, rtol * S_max) (rtol defaults to
     max(m, n) eps where atol is not positive; both may be tensors broadcast to the
     batch). ``hermitian=True`` reads only A's lower triangle, as torch does.
-    Differentiable by torch's formula where the rank does not change."""
+    Differentiable by torch's formula where the rank does not change.
+
+    Example:
+        >>> A = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1
+        >>> X = LA.pinv(A)
+        >>> torch.allclose(A @ X @ A, A, atol=1e-5)
+        True
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
     _checks.out_without_grad("linalg_pinv", out, A)
@@ -426,7 +447,12 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
 
 def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:
     """The number of singular values above max(atol, rtol * S_max), like
-    ``torch.linalg.matrix_rank`` (int64, A's batch shape)."""
+    ``torch.linalg.matrix_rank`` (int64, A's batch shape).
+
+    Example:
+        >>> LA.matrix_rank(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))
+        tensor(1)
+    """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
     _dispatch.TORCH.matrix_rank(A.to("meta"), hermitian=hermitian)
@@ -451,7 +477,14 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     synchronises with the device, as torch's). Every driver solves through the SVD:
     singular values at most rcond * S_max (default max(m, n) eps) count as zero,
     so rank-deficient systems get the minimum-norm solution whatever the driver.
-    Differentiable by torch's formula (through the pseudoinverse)."""
+    Differentiable by torch's formula (through the pseudoinverse).
+
+    Example:
+        >>> A = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])
+        >>> b = torch.tensor([[1.0], [2.0], [3.0]])  # on the line 1 + x
+        >>> torch.allclose(LA.lstsq(A, b).solution, torch.ones(2, 1), atol=1e-5)
+        True
+    """
     if not _dispatch.has_kernels(A, B):
         return _dispatch.TORCH.lstsq(A, B, rcond=rcond, driver=driver)
     _check_lstsq(A, B, driver)

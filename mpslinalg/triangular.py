@@ -398,6 +398,13 @@ def solve_triangular(
     product; float64 at n = 64 up to 16 of them, where its panels fit threadgroup
     memory); n above 64 is blocked, most of its work in ``torch.matmul``.
     Differentiable in A and B, in reverse and forward mode.
+
+    Example:
+        >>> A = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
+        >>> B = torch.tensor([[2.0], [3.0]])
+        >>> LA.solve_triangular(A, B, upper=False)
+        tensor([[1.],
+                [2.]])
     """
     if _dispatch.kernel_runtime(A) is None:
         return _dispatch.TORCH.solve_triangular(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
@@ -414,6 +421,11 @@ def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tenso
     Only the lower triangle of A is read (its diagonal as ones with
     ``unitriangular``). Real n <= 64 form it by blocks in one kernel (LAPACK's
     strtri); other sizes and complex types solve A X = I. Differentiable.
+
+    Example:
+        >>> LA.tril_inverse(torch.tensor([[2.0, 0.0], [1.0, 1.0]]))
+        tensor([[ 0.5000,  0.0000],
+                [-0.5000,  1.0000]])
     """
     _checks.square("mpslinalg.tril_inverse", A)
     runtime = _dispatch.kernel_runtime(A)
@@ -510,6 +522,12 @@ def solve_tril(
     In a Gated DeltaNet chunk forward it replaces ``fla.ops.utils.solve_tril``:
     ``A = solve_tril(A, cu_seqlens)``, then ``w = A @ (beta * k)`` and
     ``u = A @ (beta * v)`` per chunk. Runs one threadgroup per (chunk, head).
+
+    Example:
+        >>> A = torch.zeros(1, 64, 2, 16)  # [batch, tokens, heads, chunk]: strictly lower chunks
+        >>> out = LA.solve_tril(A)
+        >>> out.shape, torch.equal(out[0, :16, 0], torch.eye(16))
+        (torch.Size([1, 64, 2, 16]), True)
     """
     if A.dim() != 4 or A.shape[-1] not in SIZES:
         raise ValueError(f"solve_tril: A must be [B, T, H, BT] with BT in {SIZES}, got {tuple(A.shape)}")

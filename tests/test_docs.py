@@ -1,12 +1,17 @@
 """The documentation site: it builds in strict mode (a warning fails), and its API
 reference covers every public function."""
 
+import doctest
+import io
 import pathlib
 import re
 import subprocess
 import sys
 
+import torch
+
 import mpslinalg
+from conftest import require
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -46,3 +51,16 @@ def test_site_builds_strictly(tmp_path):
     for name in ("performance", "support", "migration", "troubleshooting"):
         assert (tmp_path / "site" / name / "index.html").exists(), name
     assert (tmp_path / "site" / "performance" / "svd.svg").exists()  # the plots come with the page
+
+
+def test_every_public_function_has_a_running_example():
+    """Each public name's docstring has an example, and it runs as written on the
+    kernels (OpenCL here)."""
+    require("opencl")
+    for name in mpslinalg.__all__:
+        tests = doctest.DocTestFinder(recurse=False).find(getattr(mpslinalg, name), name, globs={"torch": torch, "LA": mpslinalg})
+        assert sum(len(t.examples) for t in tests), f"{name} has no example"
+        report = io.StringIO()
+        with mpslinalg.use_backend("opencl"):
+            failed = sum(doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE).run(t, out=report.write).failed for t in tests)
+        assert not failed, report.getvalue()
