@@ -44,10 +44,18 @@ def cpu_backend() -> str:
 
 @contextlib.contextmanager
 def use_backend(name: str):
-    """Run CPU tensors on ``name`` ("opencl" kernels or "torch".linalg) inside the block.
+    """A context manager: CPU tensors inside the block run on ``name``.
 
     The choice belongs to the calling thread (a context variable); under
-    torch.compile it is read once, when the function is compiled.
+    torch.compile it is read once, when the function is compiled. Outside any block,
+    ``MPSLINALG_BACKEND`` decides (default "torch").
+
+    Args:
+        name: "opencl" (mpslinalg's kernels on the CPU's OpenCL runtime) or "torch"
+            (torch.linalg).
+
+    Raises:
+        ValueError: for another name.
 
     Example:
         >>> with LA.use_backend("torch"):  # CPU tensors to torch.linalg inside the block
@@ -258,7 +266,13 @@ def _contiguous(result):
 
 
 def backends() -> dict[str, Status]:
-    """For each runtime, whether it is usable here and, if not, why.
+    """For each runtime ("metal", "cuda", "opencl"), whether it is usable here and, if
+    not, why.
+
+    Returns:
+        A dict from runtime name to a ``Status``: ``status.usable`` (bool) and
+        ``status.reason`` (str, empty where usable), as ``python -m mpslinalg info``
+        prints them.
 
     Example:
         >>> sorted(LA.backends())

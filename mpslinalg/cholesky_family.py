@@ -331,10 +331,25 @@ def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = Fa
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The Cholesky factor L (A = L L^H) of Hermitian positive-definite matrices, like
-    ``torch.linalg.cholesky``; U = L^H with ``upper``. Raises
-    ``torch.linalg.LinAlgError`` with torch's message for a matrix that is not
-    positive definite, which synchronises with the device; ``cholesky_ex`` does not.
+    """The Cholesky factor of Hermitian positive-definite matrices, like
+    ``torch.linalg.cholesky``.
+
+    Args:
+        A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL). Only the lower triangle is read (the upper with ``upper``), and
+            of the diagonal only the real part. Any batch dims and strides.
+        upper: return U = L^H, with A = U^H U, instead of L.
+        out: optional tensor to write the result into.
+
+    Returns:
+        L ``(*, n, n)``, lower triangular with a positive real diagonal, A = L L^H
+        (U, upper triangular, with ``upper``). Gradients (reverse and forward mode)
+        are torch's.
+
+    Raises:
+        torch.linalg.LinAlgError: with torch's message for a matrix that is not
+            positive definite; the check synchronises with the device
+            (``cholesky_ex`` does not).
 
     Example:
         >>> A = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
@@ -369,9 +384,22 @@ def _check_cholesky_solve(B: torch.Tensor, L: torch.Tensor) -> None:
 
 
 def cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """X = A^-1 B for A = L L^H (A = U^H U with ``upper``), like ``torch.cholesky_solve``:
-    B ``(*, n, k)``, L ``(*, n, n)`` (only its triangle is read), batch dims
-    broadcast. Gradients are torch's, in B and in L (not projected on the triangle).
+    """Solves A X = B for A = L L^H from its Cholesky factor, like
+    ``torch.cholesky_solve``.
+
+    Args:
+        B: ``(*, n, k)`` right-hand sides.
+        L: ``(*, n, n)`` factor: only its lower triangle is read (the upper with
+            ``upper``). Batch dims broadcast with B's.
+        upper: L is the upper factor U, A = U^H U.
+        out: optional tensor to write the result into.
+
+    Returns:
+        X ``(*, n, k)``. Gradients are torch's, in B and in L (not projected on
+        the triangle).
+
+    Raises:
+        RuntimeError: torch's, for mismatched shapes or dtypes.
 
     Example:
         >>> A = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
@@ -388,9 +416,19 @@ def cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False, *, out
 
 
 def cholesky_inverse(L: torch.Tensor, upper: bool = False, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """(L L^H)^-1 (U^-1 U^-H with ``upper``) from a Cholesky factor, like
-    ``torch.cholesky_inverse``: ``(*, n, n)``; only L's triangle is read.
-    Gradient: torch's.
+    """The inverse of A = L L^H from its Cholesky factor, like
+    ``torch.cholesky_inverse``.
+
+    Args:
+        L: ``(*, n, n)``, the factor: only its lower triangle is read (the upper with
+            ``upper``).
+        upper: L is the upper factor U, A = U^H U.
+        out: optional tensor (of a dtype A's casts to) to write the result into.
+
+    Returns:
+        (L L^H)^-1 (U^-1 U^-H with ``upper``), ``(*, n, n)``, Hermitian. Gradients
+        are torch's in reverse mode; in forward mode the transpose of them (torch's
+        own forward mode is wrong, pytorch/pytorch#196682).
 
     Example:
         >>> A = torch.tensor([[4.0, 2.0], [2.0, 3.0]])

@@ -270,16 +270,29 @@ def _differentiable(A: torch.Tensor) -> bool:
 
 
 def eigh(A: torch.Tensor, UPLO: str = "L", *, out=None):
-    """Eigenvalues (ascending, real) and orthonormal eigenvectors of Hermitian
-    matrices, like ``torch.linalg.eigh``: ``(*, n, n)`` -> ``(eigenvalues (*, n),
-    eigenvectors (*, n, n))`` with A = V diag(w) V^H.
+    """Eigenvalues and eigenvectors of Hermitian matrices, like
+    ``torch.linalg.eigh``: A = V diag(w) V^H.
 
-    Only the triangle ``UPLO`` names ('L' or 'U') is read, and of the diagonal
-    only the real part. float32 and complex64 (float64 and complex128 on CUDA
-    and OpenCL), any batch dims and strides. Each eigenvector is unique up to its
-    sign (phase), as torch's. Gradients are torch's, and fail as torch's for a
-    complex loss that depends on the eigenvectors' phases; they are not defined
-    where eigenvalues repeat.
+    Each eigenvector is unique up to its sign (a phase for complex A), and
+    repeated eigenvalues' up to a rotation of their eigenspace; as torch, they are
+    not normalised. n <= 64 (16 complex) runs one two-sided Jacobi kernel, which
+    keeps a positive-definite matrix's eigenvalues to relative accuracy.
+
+    Args:
+        A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL); any batch dims and strides. Only the triangle ``UPLO`` names is
+            read, and of the diagonal only the real part.
+        UPLO: 'L' (the lower triangle) or 'U'.
+        out: optional ``(eigenvalues, eigenvectors)`` tensors to write into.
+
+    Returns:
+        ``(eigenvalues, eigenvectors)``: ``(*, n)`` real, ascending, and ``(*, n, n)``
+        orthonormal columns. NaN for non-finite input. Gradients are torch's; they
+        are not defined where eigenvalues repeat.
+
+    Raises:
+        RuntimeError: torch's, for a non-square A, a bad UPLO, or, in backward, a
+            complex loss that depends on the eigenvectors' phases.
 
     Example:
         >>> A = torch.tensor([[2.0, 1.0], [1.0, 2.0]])
@@ -297,8 +310,21 @@ def eigh(A: torch.Tensor, UPLO: str = "L", *, out=None):
 
 
 def eigvalsh(A: torch.Tensor, UPLO: str = "L", *, out=None) -> torch.Tensor:
-    """The eigenvalues of Hermitian matrices, ascending, like ``torch.linalg.eigvalsh``.
-    Its gradient takes the eigenvectors, so a differentiable call runs ``eigh``.
+    """The eigenvalues of Hermitian matrices, like ``torch.linalg.eigvalsh``.
+
+    The same kernels as ``eigh`` without the eigenvectors; its gradient takes
+    the eigenvectors, so a differentiable call runs ``eigh``.
+
+    Args:
+        A: ``(*, n, n)``, as for ``eigh``: only the triangle ``UPLO`` names is read.
+        UPLO: 'L' or 'U'.
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*, n)``, real, ascending.
+
+    Raises:
+        RuntimeError: torch's, for a non-square A or a bad UPLO.
 
     Example:
         >>> LA.eigvalsh(torch.tensor([[2.0, 1.0], [1.0, 2.0]]))

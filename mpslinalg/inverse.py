@@ -288,11 +288,22 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
 
 
 def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Inverse of square matrices, like ``torch.linalg.inv``.
+    """The inverse of square matrices, like ``torch.linalg.inv``.
 
-    Raises ``torch.linalg.LinAlgError`` with torch's message when a matrix is
-    singular, which synchronises with the device; ``inv_ex`` does not. Gradient:
-    ``-A^-H G A^-H``. n <= 4 runs the fused kernel; larger n the LU family.
+    n <= 4 runs a fused kernel (LU with partial pivoting in registers); larger n
+    the LU family.
+
+    Args:
+        A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL).
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*, n, n)``. Gradient ``-A^-H G A^-H``.
+
+    Raises:
+        torch.linalg.LinAlgError: with torch's message where a matrix is singular;
+            the check synchronises with the device (``inv_ex`` does not).
 
     Example:
         >>> LA.inv(torch.tensor([[2.0, 0.0], [0.0, 4.0]]))
@@ -306,13 +317,23 @@ def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def det(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Determinant of square matrices, like ``torch.linalg.det``.
+    """The determinant of square matrices, like ``torch.linalg.det``.
 
-    ``(*, n, n)`` -> ``(*)``, the product of U's diagonal and the pivot parity;
-    ``det`` of a 0 x 0 matrix is 1. Gradient ``g * conj(det) * A^-H``, and 0 at
-    an exactly singular matrix, as torch's first-order backward (torch's
-    double backward there uses the adjugate; this one stays 0). n <= 4 runs the
-    fused kernel; larger n the LU family.
+    n <= 4 runs a fused kernel; larger n the LU family (the product of U's diagonal
+    and the pivots' parity). The determinant of a 0 x 0 matrix is 1.
+
+    Args:
+        A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL).
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*)``, A's dtype. Gradient ``g * conj(det) * A^-H``, and 0 at an exactly
+        singular matrix, as torch's first-order backward (torch's double backward
+        there uses the adjugate; this one stays 0).
+
+    Raises:
+        RuntimeError: torch's, for a non-square A.
 
     Example:
         >>> LA.det(torch.tensor([[2.0, 1.0], [1.0, 3.0]]))

@@ -549,9 +549,20 @@ def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = Fa
 
 
 def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
-    """``(LU, pivots)`` as :func:`lu_factor_ex`, raising torch's RuntimeError when a
-    U[i, i] is exactly zero (which synchronises with the device), like
+    """The LU factorization in LAPACK's packed form, like
     ``torch.linalg.lu_factor``.
+
+    Args:
+        A: ``(*, m, n)``, as for ``lu_factor_ex``.
+        pivot: partial pivoting (True) or none (False).
+        out: optional ``(LU, pivots)`` tensors to write into.
+
+    Returns:
+        ``(LU, pivots)`` as ``lu_factor_ex`` returns them.
+
+    Raises:
+        RuntimeError: torch's, where a U[i, i] is exactly zero; the check
+            synchronises with the device (``lu_factor_ex`` does not).
 
     Example:
         >>> LU, pivots = LA.lu_factor(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
@@ -568,9 +579,18 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True, out=None):
 
 
 def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
-    """``(P, L, U)`` with A = P L U, like ``torch.linalg.lu``: P ``(*, m, m)`` (empty
-    with ``pivot=False``), L ``(*, m, k)`` unit lower, U ``(*, k, n)``, k = min(m, n).
-    Gradients flow to L and U.
+    """The LU factorization with partial pivoting, like ``torch.linalg.lu``:
+    A = P L U.
+
+    Args:
+        A: ``(*, m, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL).
+        pivot: partial pivoting (True) or none (False: P is empty, as torch on CUDA).
+        out: optional ``(P, L, U)`` tensors to write into.
+
+    Returns:
+        ``(P, L, U)``: P ``(*, m, m)``, L ``(*, m, k)`` unit lower, U ``(*, k, n)``,
+        k = min(m, n). Gradients flow to L and U.
 
     Example:
         >>> A = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
@@ -596,12 +616,20 @@ def lu(A: torch.Tensor, *, pivot: bool = True, out=None):
 
 
 def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool = True, adjoint: bool = False, out=None):
-    """Solves A X = B (or A^H X = B with ``adjoint``; X A = B or X A^H = B with
-    ``left=False``) from A's LU factorization, like ``torch.linalg.lu_solve``.
+    """Solves A X = B from A's LU factorization, like ``torch.linalg.lu_solve``.
 
-    LU ``(*, n, n)`` and pivots ``(*, n)`` int32 from :func:`lu_factor`; B
-    ``(*, n, k)`` (or ``(*, k, n)``), batch dims broadcast with LU's. A zero
-    pivot gives inf/NaN, no error. Differentiable in LU and B.
+    Args:
+        LU: ``(*, n, n)``, the packed factors, as ``lu_factor`` returns them.
+        pivots: ``(*, n)`` int32, their pivots.
+        B: ``(*, n, k)`` (``(*, k, n)`` with ``left=False``); batch dims broadcast
+            with LU's.
+        left: solve A X = B (True) or X A = B (False).
+        adjoint: with A^H in place of A.
+        out: optional tensor to write the result into.
+
+    Returns:
+        X, B's shape. A zero pivot gives inf/NaN, no error. Differentiable in LU
+        and B.
 
     Example:
         >>> A = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
@@ -634,10 +662,22 @@ def _is_vector_rhs(A: torch.Tensor, B: torch.Tensor) -> bool:
 
 
 def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_errors: bool = False, out=None):
-    """``(X, info)`` with A X = B (or X A = B), like ``torch.linalg.solve_ex``: LU with
-    partial pivoting, then the triangular solves; ``info`` as :func:`lu_factor_ex`
-    (X then holds inf/NaN). B may be a vector (``(*, n)``). No host synchronisation
-    unless ``check_errors``. Differentiable in A and B.
+    """Solves A X = B (or X A = B) and reports singular matrices, like
+    ``torch.linalg.solve_ex``, with no host synchronisation unless ``check_errors``.
+
+    Args:
+        A: ``(*, n, n)``.
+        B: ``(*, n, k)`` or a vector ``(*, n)``; batch dims broadcast.
+        left: A X = B (True) or X A = B.
+        check_errors: raise for a singular matrix (synchronises with the device).
+        out: optional ``(X, info)`` tensors to write into.
+
+    Returns:
+        ``(X, info)``: info as ``lu_factor_ex``'s (X then holds inf/NaN).
+        Differentiable in A and B.
+
+    Raises:
+        torch.linalg.LinAlgError: with ``check_errors``, for a singular A.
 
     Example:
         >>> X, info = LA.solve_ex(torch.tensor([[1.0, 2.0], [2.0, 4.0]]), torch.ones(2, 1))
@@ -652,9 +692,21 @@ def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_error
 
 
 def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, out=None) -> torch.Tensor:
-    """X with A X = B (or X A = B), like ``torch.linalg.solve``; raises
-    ``torch.linalg.LinAlgError`` for singular A (a host synchronisation; ``solve_ex``
-    has none).
+    """Solves A X = B (or X A = B), like ``torch.linalg.solve``: LU with partial
+    pivoting, then the triangular solves.
+
+    Args:
+        A: ``(*, n, n)``.
+        B: ``(*, n, k)`` or a vector ``(*, n)``; batch dims broadcast.
+        left: A X = B (True) or X A = B.
+        out: optional tensor to write the result into.
+
+    Returns:
+        X, B's shape. Differentiable in A and B.
+
+    Raises:
+        torch.linalg.LinAlgError: for a singular A; the check synchronises with the
+            device (``solve_ex`` does not).
 
     Example:
         >>> A = torch.tensor([[3.0, 1.0], [1.0, 2.0]])
@@ -697,10 +749,17 @@ def lu_inverse_ex(A: torch.Tensor, check_errors: str = "") -> tuple[torch.Tensor
 
 
 def slogdet(A: torch.Tensor, *, out=None):
-    """``(sign, logabsdet)`` of square matrices, like ``torch.linalg.slogdet``: sign has
-    A's dtype (a unit complex number for complex A, 0 if A is singular), logabsdet is
-    real (-inf if singular). From the LU's diagonal and pivots, on the device.
-    Gradients as torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A).
+    """The sign and the log of the absolute value of the determinant, like
+    ``torch.linalg.slogdet``; from the LU's diagonal and pivots, on the device.
+
+    Args:
+        A: ``(*, n, n)``.
+        out: optional ``(sign, logabsdet)`` tensors to write into.
+
+    Returns:
+        ``(sign, logabsdet)``: sign has A's dtype (a unit complex number for complex
+        A, 0 if A is singular); logabsdet is real (-inf if singular). Gradients as
+        torch's: ``g_logabs A^-H`` (plus the sign's phase term for complex A).
 
     Example:
         >>> LA.slogdet(torch.tensor([[-2.0, 0.0], [0.0, 3.0]]))
@@ -720,8 +779,14 @@ def slogdet(A: torch.Tensor, *, out=None):
 
 
 def logdet(A: torch.Tensor) -> torch.Tensor:
-    """log(det(A)), like ``torch.logdet``: NaN for a real A with negative determinant,
-    -inf for a singular one; complex A gives the complex logarithm.
+    """log(det(A)), like ``torch.logdet``.
+
+    Args:
+        A: ``(*, n, n)``.
+
+    Returns:
+        ``(*)``: NaN for a real A with a negative determinant, -inf for a singular
+        one; complex A gives the complex logarithm. Differentiable.
 
     Example:
         >>> LA.logdet(2 * torch.eye(3))

@@ -376,10 +376,17 @@ _Qr = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.qr, _qr_setup, _qr_backw
 
 
 def geqrf(A: torch.Tensor, *, out=None):
-    """``(a, tau)``: A's QR factorization in LAPACK's packed form, like ``torch.geqrf``:
-    R on and above the diagonal of ``a``, the Householder vectors below it
-    (H_j = I - tau_j v_j v_j^H, v_j[j] = 1), ``tau`` ``(*, min(m, n))``. Not
-    differentiable, as in torch.
+    """A's QR factorization in LAPACK's packed form, like ``torch.geqrf``.
+
+    Args:
+        A: ``(*, m, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL).
+        out: optional ``(a, tau)`` tensors to write into.
+
+    Returns:
+        ``(a, tau)``: R on and above the diagonal of ``a`` ``(*, m, n)``, the
+        Householder vectors below it (H_j = I - tau_j v_j v_j^H, v_j[j] = 1), and
+        ``tau`` ``(*, min(m, n))``. Not differentiable, as in torch.
 
     Example:
         >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0]])
@@ -405,9 +412,20 @@ def geqrf(A: torch.Tensor, *, out=None):
 
 
 def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torch.Tensor:
-    """The first n columns of H_0 ... H_{k-1} (m x n), the reflectors as :func:`geqrf`
-    leaves them in A (m x n, m >= n >= k = tau.shape[-1]), like
-    ``torch.linalg.householder_product``. Differentiable in A and tau.
+    """The product of Householder reflectors, like
+    ``torch.linalg.householder_product``: the first n columns of H_0 ... H_{k-1}.
+
+    Args:
+        A: ``(*, m, n)``, m >= n >= k, the reflectors below the diagonal as
+            ``geqrf`` leaves them.
+        tau: ``(*, k)``, their scalars.
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*, m, n)``, orthonormal columns. Differentiable in A and tau.
+
+    Raises:
+        RuntimeError: torch's, for m < n, k > n or mismatched batch shapes.
 
     Example:
         >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0], [0.0, 5.0]])
@@ -429,12 +447,25 @@ def householder_product(A: torch.Tensor, tau: torch.Tensor, *, out=None) -> torc
 
 
 def ormqr(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left: bool = True, transpose: bool = False, *, out=None):
-    """op(Q) C (``left``) or C op(Q), op(Q) = Q^H if ``transpose`` else Q, for Q =
-    H_0 ... H_{k-1} from the reflectors that :func:`geqrf` leaves in A (mn x k,
-    mn = C's rows if ``left`` else its columns) and tau (k), like ``torch.ormqr``
-    (sormqr / cunmqr): each panel of PANEL_WIDTH reflectors is applied as
-    I - V T V^H by matrix products, and Q is never formed. Differentiable in A,
-    tau and C.
+    """Multiplies by Q from its reflectors without forming it, like ``torch.ormqr``
+    (LAPACK's sormqr / cunmqr): op(Q) C or C op(Q).
+
+    Each panel of reflectors is applied as I - V T V^H by matrix products.
+
+    Args:
+        A: ``(*, mn, k)``, the reflectors as ``geqrf`` leaves them (mn = C's rows
+            if ``left`` else its columns).
+        tau: ``(*, k)``.
+        C: ``(*, m, n)``.
+        left: op(Q) C (True) or C op(Q).
+        transpose: op(Q) = Q^H (True) or Q.
+        out: optional tensor to write the result into.
+
+    Returns:
+        C's shape. Differentiable in A, tau and C.
+
+    Raises:
+        RuntimeError: torch's, for mismatched shapes.
 
     Example:
         >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0]])
@@ -510,10 +541,23 @@ def _apply_reflectors(A: torch.Tensor, tau: torch.Tensor, C: torch.Tensor, left:
 
 
 def qr(A: torch.Tensor, mode: str = "reduced", *, out=None):
-    """``(Q, R)`` with A = Q R, like ``torch.linalg.qr``: Householder QR, R's diagonal
-    of either sign as LAPACK leaves it. ``mode``: 'reduced' (Q m x k, R k x n, k =
-    min(m, n)), 'complete' (Q m x m, R m x n) or 'r' (R only, Q empty).
-    Differentiable as torch's: 'reduced', and 'complete' when m <= n.
+    """The QR factorization, like ``torch.linalg.qr``: A = Q R by Householder
+    reflections, R's diagonal of either sign as LAPACK leaves it.
+
+    Args:
+        A: ``(*, m, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL).
+        mode: 'reduced' (Q ``(*, m, k)``, R ``(*, k, n)``, k = min(m, n)),
+            'complete' (Q ``(*, m, m)``, R ``(*, m, n)``) or 'r' (R only, Q empty).
+        out: optional ``(Q, R)`` tensors to write into.
+
+    Returns:
+        ``(Q, R)``. Differentiable as torch's: 'reduced', and 'complete' when
+        m <= n.
+
+    Raises:
+        RuntimeError: torch's, for an unknown mode, or in backward where torch's
+            formula does not apply.
 
     Example:
         >>> A = torch.tensor([[3.0, 1.0], [4.0, 2.0]])

@@ -298,14 +298,28 @@ def _check_driver(A: torch.Tensor, driver: str | None) -> None:
 
 
 def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
-    """``(U, S, Vh)`` with A = U diag(S) Vh, like ``torch.linalg.svd``: S real,
-    descending; U and Vh with orthonormal columns and rows (m x m and n x n if
-    ``full_matrices``, else k = min(m, n) of them), also where A is rank-deficient.
-    One-sided Jacobi (LAPACK's sgesvj): small singular values to high relative
-    accuracy. ``driver`` (CUDA only, as torch) is accepted and changes nothing.
-    Non-finite input gives NaN (as torch on CUDA). Singular vectors are
-    unique up to a sign (a phase for complex) per singular value; gradients as
-    torch's, which fail for losses that depend on that phase.
+    """The singular value decomposition, like ``torch.linalg.svd``:
+    A = U diag(S) Vh by one-sided Jacobi (LAPACK's sgesvj), which computes small
+    singular values to high relative accuracy.
+
+    Singular vectors are unique up to a sign (a phase for complex) per singular
+    value. Non-finite input gives NaN (as torch on CUDA).
+
+    Args:
+        A: ``(*, m, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL).
+        full_matrices: U ``(*, m, m)`` and Vh ``(*, n, n)`` (True), or k = min(m, n)
+            columns and rows of them.
+        driver: accepted (CUDA only, as torch) and changes nothing.
+        out: optional ``(U, S, Vh)`` tensors to write into.
+
+    Returns:
+        ``(U, S, Vh)``: S ``(*, k)`` real, descending; U and Vh with orthonormal
+        columns and rows, also where A is rank-deficient. Gradients as torch's.
+
+    Raises:
+        RuntimeError: in backward, torch's, for a complex loss that depends on the
+            singular vectors' phases.
 
     Example:
         >>> A = torch.tensor([[3.0, 0.0], [0.0, -2.0]])
@@ -326,7 +340,15 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, driver=None, out=None):
 
 
 def svdvals(A: torch.Tensor, *, driver=None, out=None) -> torch.Tensor:
-    """The singular values of A, descending, like ``torch.linalg.svdvals``.
+    """The singular values, like ``torch.linalg.svdvals``.
+
+    Args:
+        A: ``(*, m, n)``.
+        driver: accepted (CUDA only, as torch) and changes nothing.
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*, min(m, n))``, real, descending. Differentiable.
 
     Example:
         >>> LA.svdvals(torch.tensor([[3.0, 0.0], [0.0, -2.0]]))
@@ -424,10 +446,18 @@ def _tolerance(x, A: torch.Tensor) -> torch.Tensor | None:
 
 def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:
     """The Moore-Penrose pseudoinverse, like ``torch.linalg.pinv``: V diag(1 / S) U^H
-    over the singular values above max(atol, rtol * S_max) (rtol defaults to
-    max(m, n) eps where atol is not positive; both may be tensors broadcast to the
-    batch). ``hermitian=True`` reads only A's lower triangle, as torch does.
-    Differentiable by torch's formula where the rank does not change.
+    over the singular values above max(atol, rtol * S_max).
+
+    Args:
+        A: ``(*, m, n)``.
+        atol: absolute tolerance (float or tensor broadcast to the batch).
+        rtol: relative tolerance (default max(m, n) eps where atol is not positive).
+        hermitian: A is Hermitian (only its lower triangle is read, as torch).
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*, n, m)``. Differentiable by torch's formula where the rank does not
+        change.
 
     Example:
         >>> A = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])  # rank 1
@@ -446,8 +476,18 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
 
 
 def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=None) -> torch.Tensor:
-    """The number of singular values above max(atol, rtol * S_max), like
-    ``torch.linalg.matrix_rank`` (int64, A's batch shape).
+    """The numerical rank, like ``torch.linalg.matrix_rank``: the number of singular
+    values above max(atol, rtol * S_max).
+
+    Args:
+        A: ``(*, m, n)``.
+        atol: absolute tolerance (float or tensor broadcast to the batch).
+        rtol: relative tolerance (default max(m, n) eps where atol is not positive).
+        hermitian: A is Hermitian (only its lower triangle is read).
+        out: optional tensor to write the result into.
+
+    Returns:
+        ``(*)`` int64.
 
     Example:
         >>> LA.matrix_rank(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))
@@ -468,16 +508,29 @@ DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
 def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, driver: str | None = None):
-    """The least-squares (minimum-norm) solution of A X = B, like ``torch.linalg.lstsq``:
-    ``(solution, residuals, rank, singular_values)``, filled as torch fills them for
-    ``driver`` (default: 'gelsy' on the CPU, 'gels' elsewhere, as torch): rank for
-    all but gels, singular values for gelsd / gelss, residuals (squared column norms
-    of A X - B) where m > n and, except for gels, every matrix has full rank (gelsy
-    leaves them empty, as torch's does; for gelsd / gelss with m > n that rank test
-    synchronises with the device, as torch's). Every driver solves through the SVD:
-    singular values at most rcond * S_max (default max(m, n) eps) count as zero,
-    so rank-deficient systems get the minimum-norm solution whatever the driver.
-    Differentiable by torch's formula (through the pseudoinverse).
+    """The least-squares, minimum-norm solution of A X = B, like
+    ``torch.linalg.lstsq``.
+
+    Every driver solves through the SVD: singular values at most rcond * S_max
+    count as zero, so rank-deficient systems get the minimum-norm solution
+    whatever the driver (torch's gels does not).
+
+    Args:
+        A: ``(*, m, n)``.
+        B: ``(*, m, k)`` (or ``(*, m)``); batch dims broadcast.
+        rcond: the relative cut-off (default max(m, n) eps).
+        driver: which fields to fill, as torch fills them: 'gelsy' (default on the
+            CPU), 'gels' (default elsewhere), 'gelsd', 'gelss'.
+
+    Returns:
+        ``(solution, residuals, rank, singular_values)``: rank for all but gels,
+        singular values for gelsd / gelss, residuals (squared column norms of
+        A X - B) where m > n and, except for gels, every matrix has full rank (for
+        gelsd / gelss that test synchronises with the device, as torch's).
+        Differentiable by torch's formula (through the pseudoinverse).
+
+    Raises:
+        RuntimeError: torch's, for mismatched shapes or an unknown driver.
 
     Example:
         >>> A = torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])

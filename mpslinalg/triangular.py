@@ -383,21 +383,27 @@ def solve_triangular(
 ) -> torch.Tensor:
     """Solves A X = B (left) or X A = B for triangular A, like ``torch.linalg.solve_triangular``.
 
-    Args:
-        A: ``(*, n, n)``; only the triangle named by ``upper`` is read, and with
-            ``unitriangular`` its diagonal is taken as ones.
-        B: ``(*, n, k)`` (left) or ``(*, k, n)``; batch dims broadcast with A's.
-        upper: whether A is upper (True) or lower (False) triangular.
-        left: solve A X = B (True) or X A = B (False).
-        out: optional output tensor.
-
-    float32 and complex64 (and float64, complex128 on CUDA and OpenCL). A zero
-    on the diagonal gives inf/NaN in X, as torch does; there is no error.
     Real solves with n in {16, 32, 64} and at least 8 right-hand sides take the
     Gated DeltaNet fast path (the inverse of A by blocks, applied as a matrix
     product; float64 at n = 64 up to 16 of them, where its panels fit threadgroup
     memory); n above 64 is blocked, most of its work in ``torch.matmul``.
-    Differentiable in A and B, in reverse and forward mode.
+
+    Args:
+        A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and
+            OpenCL); only the triangle named by ``upper`` is read.
+        B: ``(*, n, k)`` (left) or ``(*, k, n)``; batch dims broadcast with A's.
+        upper: whether A is upper (True) or lower (False) triangular.
+        left: solve A X = B (True) or X A = B (False).
+        unitriangular: take A's diagonal as ones.
+        out: optional output tensor.
+
+    Returns:
+        X, B's (broadcast) shape. A zero on the diagonal gives inf/NaN in X, as
+        torch does; there is no error. Differentiable in A and B, in reverse and
+        forward mode.
+
+    Raises:
+        RuntimeError: torch's, for mismatched shapes or dtypes.
 
     Example:
         >>> A = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
@@ -416,11 +422,18 @@ def solve_triangular(
 
 
 def tril_inverse(A: torch.Tensor, *, unitriangular: bool = False) -> torch.Tensor:
-    """The inverse of lower-triangular matrices: ``(*, n, n)`` -> ``(*, n, n)``, lower.
+    """The inverse of lower-triangular matrices (torch has no such function: it is
+    ``torch.linalg.solve_triangular(A, I, upper=False)``).
 
-    Only the lower triangle of A is read (its diagonal as ones with
-    ``unitriangular``). Real n <= 64 form it by blocks in one kernel (LAPACK's
-    strtri); other sizes and complex types solve A X = I. Differentiable.
+    Real n <= 64 form it by blocks in one kernel (LAPACK's strtri); other sizes
+    and complex types solve A X = I.
+
+    Args:
+        A: ``(*, n, n)``: only its lower triangle is read.
+        unitriangular: take A's diagonal as ones.
+
+    Returns:
+        ``(*, n, n)``, lower triangular. Differentiable.
 
     Example:
         >>> LA.tril_inverse(torch.tensor([[2.0, 0.0], [1.0, 1.0]]))
