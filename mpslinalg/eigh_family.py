@@ -140,6 +140,104 @@ def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, 
     return w, torch.where(nonfinite[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
 
 
+# Block Jacobi for n past eigh_pairs: blocks of BLOCK columns, pairs of them (2 BLOCK <=
+# eigh_pairs' largest N) diagonalised by the kernel, the rotations applied by matmul.
+BLOCK = {False: 32, True: 8}  # by is_complex
+BLOCK_SWEEPS = 20
+BLOCKS_FROM = {False: 129, True: 33}  # n from which _by_blocks runs (below: _by_svd), by is_complex
+
+
+def _next_round(slots: int) -> torch.Tensor:
+    """The gather that moves ``slots`` (even, >= 4) blocks to the next round of the
+    round-robin ordering, pairs being slots (2k, 2k + 1): slot 0 stays, the others move
+    one place around the circle (eigh.metal's next_round_rows, on blocks)."""
+    half = slots // 2
+    source = list(range(slots))
+    source[2] = 1
+    for i in range(2, half):
+        source[2 * i] = 2 * i - 2
+    for i in range(half - 1):
+        source[2 * i + 1] = 2 * i + 3
+    source[2 * half - 1] = 2 * half - 2
+    return torch.tensor(source)
+
+
+def _by_blocks(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(w, V) of (count, n, n) A by two-sided block Jacobi: H (scaled by a power of two)
+    is padded to an even number of blocks of BLOCK columns, kept in the order of its
+    block slots; each round diagonalises the diagonal 2 BLOCK x 2 BLOCK block of every
+    slot pair by eigh_pairs (W_k) and applies them, H <- J^H H J and V <- V J with J the
+    block diagonal of the W_k, in matrix products; then the blocks move to the next
+    round. A sweep is every pair once; the iteration stops after the first sweep whose
+    every off-diagonal |h_pq| is below max(tol sqrt(|h_pp h_qq|), eps max|h_ii|) (one
+    host synchronisation a sweep; none, and all BLOCK_SWEEPS, while a CUDA graph
+    captures).
+    Eigenvalues to n eps ||H|| as LAPACK's; the padding's diagonal lies above every
+    eigenvalue (Gershgorin), so that it sorts last and is dropped."""
+    H = _hermitian(A, upper)
+    count, n, _ = H.shape
+    real = H.real.dtype if H.is_complex() else H.dtype
+    largest = H.abs().amax(dim=(-2, -1))
+    e = torch.frexp(largest).exponent
+    e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
+    down = svd_family._power_of_two(-e, real)
+    H = H * (down[0] * down[1])[:, None, None].to(H.dtype)
+    b = BLOCK[H.is_complex()]
+    slots = -(-n // b)
+    slots += slots % 2
+    N = slots * b
+    pad = torch.full((N - n,), float(n + 1), dtype=real, device=H.device)  # > every |eigenvalue| (entries < 1)
+    H = torch.nn.functional.pad(H, (0, N - n, 0, N - n))
+    H[:, n:, n:] = torch.diag(pad).to(H.dtype)
+    V = torch.eye(N, dtype=H.dtype, device=H.device).expand(count, N, N).clone() if vectors else None
+    pairs = slots // 2
+    move = (_next_round(slots)[:, None] * b + torch.arange(b)).reshape(-1).to(H.device) if slots >= 4 else None
+    tolerance = (N ** 0.5) * torch.finfo(real).eps / 2
+    capturing = H.is_cuda and torch.cuda.is_current_stream_capturing()
+    for sweep in range(BLOCK_SWEEPS):
+        for _ in range(slots - 1):
+            blocks = H.view(count, pairs, 2 * b, pairs, 2 * b).diagonal(dim1=1, dim2=3)  # (count, 2b, 2b, pairs)
+            diagonal_blocks = blocks.permute(0, 3, 1, 2).reshape(count * pairs, 2 * b, 2 * b)
+            W = _by_jacobi(diagonal_blocks, False, True)[1].view(count, pairs, 2 * b, 2 * b)
+            # W's columns come sorted by eigenvalue; taken so, the slots' contents would
+            # swap halves and the round-robin ordering would not meet every pair (the
+            # iteration stalls). The b columns with most of their weight in the top slot
+            # stay there, the rest in the bottom one: W near the identity by blocks.
+            weight = (W[..., :b, :].abs() ** 2).sum(-2)
+            W = torch.gather(W, -1, weight.argsort(-1, descending=True)[..., None, :].expand_as(W))
+            # J^H H J: the columns of each slot pair, then its rows.
+            H = (H.view(count, N, pairs, 2 * b).transpose(1, 2) @ W).transpose(1, 2).reshape(count, N, N)
+            H = (W.mH @ H.view(count, pairs, 2 * b, N)).reshape(count, N, N)
+            if vectors:
+                V = (V.view(count, N, pairs, 2 * b).transpose(1, 2) @ W).transpose(1, 2).reshape(count, N, N)
+            if move is not None:
+                H = H[:, move][:, :, move]
+                if vectors:
+                    V = V[:, :, move]
+        if not capturing:
+            d = H.diagonal(dim1=-2, dim2=-1).real.abs()
+            largest = torch.where(d == n + 1, 0, d).amax(-1)[:, None, None]  # the padding's excepted
+            # Relative to the diagonal, as the kernels' test, down to the rounding that
+            # the products leave (a fraction of u max|h_ii|; below it nothing moves).
+            bound = torch.maximum(tolerance * torch.sqrt(d[..., :, None] * d[..., None, :]), torch.finfo(real).eps * largest)
+            off = H.abs() - torch.diag_embed(d)
+            if not bool((off > bound).any()):  # NaN: stops (and NaN comes out)
+                break
+    w = H.diagonal(dim1=-2, dim2=-1).real
+    w, order = torch.sort(w, dim=-1)
+    w = w[:, :n]
+    up = svd_family._power_of_two(e, real)
+    w = w * (up[0] * up[1])[:, None]
+    if not vectors:
+        return w, None
+    V = torch.gather(V, 2, order[:, None, :n].expand(count, N, n))[:, :n]
+    # The rounds' products leave V's columns orthonormal to about (rounds x sweeps) eps:
+    # one Newton-Schulz step toward the nearest orthonormal matrix squares that.
+    V = 1.5 * V - 0.5 * (V @ (V.mH @ V))
+    nonfinite = torch.isnan(w).any(-1)
+    return w, torch.where(nonfinite[:, None, None], torch.nan, V)
+
+
 def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A's eigenvalues (*, n) and, if ``vectors``, its eigenvectors (*, n, n)."""
     n = A.shape[-1]
@@ -148,7 +246,10 @@ def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor
         real = A.real.dtype if A.is_complex() else A.dtype
         return A.new_empty(A.shape[:-1], dtype=real), torch.empty(A.shape, dtype=A.dtype, device=A.device)
     flat = A.reshape(count, n, n)
-    w, V = _by_jacobi(flat, upper, vectors) or _by_svd(flat, upper, vectors)
+    if n >= BLOCKS_FROM[A.is_complex()]:
+        w, V = _by_blocks(flat, upper, vectors)
+    else:
+        w, V = _by_jacobi(flat, upper, vectors) or _by_svd(flat, upper, vectors)
     return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape) if vectors else None
 
 

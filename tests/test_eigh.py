@@ -148,10 +148,11 @@ def test_covariances_by_the_million_route(device, monkeypatch):
 
 
 @pytest.mark.parametrize("n, dtype", [(5, torch.float32), (33, torch.float32), (64, torch.float32), (65, torch.float32),
-                                      (16, torch.complex64), (17, torch.complex64)])
+                                      (16, torch.complex64), (17, torch.complex64), (129, torch.float32), (33, torch.complex64)])
 def test_routes(device, monkeypatch, n, dtype):
-    """eigh_pairs, one launch, to n = 64 (16 complex); past it the SVD's Jacobi on the
-    Cholesky factor (or the shifted matrix)."""
+    """eigh_pairs, one launch, to n = 64 (16 complex); then the SVD's Jacobi on the
+    Cholesky factor (or the shifted matrix); from BLOCKS_FROM block Jacobi, whose every
+    kernel is eigh_pairs on the pairs of blocks."""
     from mpslinalg import cholesky_family
 
     supported(device, dtype)
@@ -160,8 +161,32 @@ def test_routes(device, monkeypatch, n, dtype):
     LA.eigh(A.to(device))
     if n <= (16 if dtype.is_complex else 64):
         assert launched == ["eigh_pairs"]
+    elif n >= eigh_family.BLOCKS_FROM[dtype.is_complex]:
+        assert len(launched) > 1 and set(launched) == {"eigh_pairs"}
     else:
         assert "eigh_pairs" not in launched and launched[-1] in ("svd_pairs", "svd_jacobi")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("definite", [True, False])
+def test_block_jacobi_matches_lapack(device, dtype, definite):
+    """Past eigh_pairs' sizes: two-sided block Jacobi (padding included: n not a multiple
+    of the block), both triangles, a batch, a graded spectrum and a repeated one."""
+    supported(device, dtype)
+    n = eigh_family.BLOCKS_FROM[dtype.is_complex] + 5
+    A = torch.cat((hermitian_batch((2,), n, dtype, rng, cond=1e3, definite=definite),
+                   hermitian_batch((1,), n, dtype, rng, eigenvalues=spectrum("repeated", n, 0))))
+    for upper in (False, True):
+        w, V = LA.eigh(with_junk(A, upper, rng).to(device), UPLO="U" if upper else "L")
+        check_eigh(A, w, V)
+        torch.testing.assert_close(LA.eigvalsh(with_junk(A, upper, rng).to(device), UPLO="U" if upper else "L"), w)
+
+
+def test_block_jacobi_nonfinite_gives_nan(device):
+    A = torch.eye(eigh_family.BLOCKS_FROM[False], device=device)
+    A[5, 0] = float("nan")
+    w, V = LA.eigh(A)
+    assert w.isnan().all() and V.isnan().all()
 
 
 # --- gradients ---
