@@ -14,10 +14,15 @@ scaled by a power of two on the device, sorted there, one launch per call:
 Their relative stopping test keeps a positive definite matrix's eigenvalues to
 relative accuracy (Demmel and Veselic); eigvalsh skips the eigenvectors.
 
-Larger n: H is scaled by a power of two (exact: inputs near the ends of the
-float range neither overflow nor underflow) and then decomposed by the SVD
-family's one-sided Jacobi (``metal/svd.metal``, LAPACK's sgesvj), whose V is the
-product of its rotations, orthonormal to working precision:
+n >= BLOCKS_FROM (129, 33 complex): two-sided block Jacobi (``_by_blocks``), its
+work in matrix products and in eigh_pairs on pairs of blocks; eigenvalues to
+n eps ||H||, as LAPACK's.
+
+Between (65..128, 17..32 complex): H is scaled by a power of two (exact: inputs
+near the ends of the float range neither overflow nor underflow) and then
+decomposed by the SVD family's one-sided Jacobi (``metal/svd.metal``, LAPACK's
+sgesvj), whose V is the product of its rotations, orthonormal to working
+precision:
 
 - positive definite H (its Cholesky factorization H = L L^H completes:
   covariances, Gram matrices): L^H = U S V^H, so H = V S^2 V^H, Veselic and
