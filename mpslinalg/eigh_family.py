@@ -116,16 +116,24 @@ def _hermitian(A: torch.Tensor, upper: bool) -> torch.Tensor:
     return svd_family._hermitian_from_lower(A.mH if upper else A).contiguous()
 
 
-def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(w, V) of (count, n, n) A as the module says for larger n (V None unless ``vectors``)."""
+def _scaled_hermitian(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H 2^-e, e): the Hermitian matrices of (count, n, n) A's triangle, scaled by a power
+    of two (exact) so that their largest entry lies in [1/2, 1); e = 0 for zero or
+    non-finite ones."""
     H = _hermitian(A, upper)
-    count, n, _ = H.shape
     real = H.real.dtype if H.is_complex() else H.dtype
     largest = H.abs().amax(dim=(-2, -1))
     e = torch.frexp(largest).exponent
     e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
     down = svd_family._power_of_two(-e, real)
-    H = H * (down[0] * down[1])[:, None, None]
+    return H * (down[0] * down[1])[:, None, None].to(H.dtype), e
+
+
+def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(w, V) of (count, n, n) A as the module says for larger n (V None unless ``vectors``)."""
+    H, e = _scaled_hermitian(A, upper)
+    count, n, _ = H.shape
+    real = H.real.dtype if H.is_complex() else H.dtype
     L, info = cholesky_family._cholesky_ex_body(H, False, "")
     definite = (info == 0)[:, None, None]
     diagonal = H.diagonal(dim1=-2, dim2=-1).real
@@ -179,14 +187,9 @@ def _by_blocks(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     captures).
     Eigenvalues to n eps ||H|| as LAPACK's; the padding's diagonal lies above every
     eigenvalue (Gershgorin), so that it sorts last and is dropped."""
-    H = _hermitian(A, upper)
+    H, e = _scaled_hermitian(A, upper)
     count, n, _ = H.shape
     real = H.real.dtype if H.is_complex() else H.dtype
-    largest = H.abs().amax(dim=(-2, -1))
-    e = torch.frexp(largest).exponent
-    e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
-    down = svd_family._power_of_two(-e, real)
-    H = H * (down[0] * down[1])[:, None, None].to(H.dtype)
     b = BLOCK[H.is_complex()]
     slots = -(-n // b)
     slots += slots % 2
