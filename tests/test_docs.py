@@ -48,7 +48,7 @@ def test_site_builds_strictly(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     page = (tmp_path / "site" / "api" / "index.html").read_text()
     assert all(f'id="mpslinalg.{name}"' in page for name in mpslinalg.__all__)
-    for name in ("performance", "support", "migration", "troubleshooting"):
+    for name in ("performance", "support", "migration", "troubleshooting", "notebooks/geometry", "notebooks/pseudoinverse"):
         assert (tmp_path / "site" / name / "index.html").exists(), name
     assert (tmp_path / "site" / "performance" / "svd.svg").exists()  # the plots come with the page
 
