@@ -132,14 +132,14 @@ def _triangular_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool)
         X, seconds = _timed(device, lambda: LA.solve_triangular(A, B, upper=upper, left=left, unitriangular=unit))
         flags = ("upper" if upper else "lower") + (" left" if left else " right") + (" unit" if unit else "")
         ratio = testing.solve_ratio(A, X, B, upper, left, unit)
-        yield (Row("solve_triangular", name, f"{count}x{n}x{n} {k} rhs {flags}", ratio, testing.THRESHOLD, seconds))
+        yield Row("solve_triangular", name, f"{count}x{n}x{n} {k} rhs {flags}", ratio, testing.THRESHOLD, seconds)
     L = torch.from_numpy(np.array([testing.triangle(48, 10.0, rng, dtype.is_complex, False, False) for _ in range(200)])).to(dtype).to(device)
     X, seconds = _timed(device, lambda: LA.tril_inverse(L))
-    yield (Row("tril_inverse", name, "200x48x48", testing.inv_ratio(L, X), testing.THRESHOLD, seconds))
+    yield Row("tril_inverse", name, "200x48x48", testing.inv_ratio(L, X), testing.THRESHOLD, seconds)
     if not dtype.is_complex:
         A = torch.from_numpy(rng.standard_normal((2, 256, 4, 64)) * 0.1).to(dtype).to(device)
         out, seconds = _timed(device, lambda: LA.solve_tril(A, output_dtype=dtype))
-        yield (Row("solve_tril", name, "2x256x4x64", _solve_tril_ratio(A, out), testing.THRESHOLD, seconds))
+        yield Row("solve_tril", name, "2x256x4x64", _solve_tril_ratio(A, out), testing.THRESHOLD, seconds)
 
 
 def _lu_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
@@ -152,7 +152,7 @@ def _lu_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iter
         via = "small kernel" if max(m, n) <= LU_SIZES[-1] else "blocked"
         (LU, pivots, _), seconds = _timed(device, lambda: LA.lu_factor_ex(A))
         shape = f"{count}x{m}x{n}"
-        yield (Row("lu_factor_ex", name, shape, testing.lu_ratio(A, LU, pivots), testing.THRESHOLD, seconds, via))
+        yield Row("lu_factor_ex", name, shape, testing.lu_ratio(A, LU, pivots), testing.THRESHOLD, seconds, via)
         if m != n:
             continue
         B = _normal(rng, (count, n, 8), dtype).to(device)
@@ -161,15 +161,15 @@ def _lu_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iter
             X, seconds = _timed(device, lambda: LA.lu_solve(LU, pivots, rhs, left=left, adjoint=adjoint))
             flags = ("left" if left else "right") + (" adjoint" if adjoint else "")
             ratio = testing.general_solve_ratio(A, X, rhs, left, adjoint)
-            yield (Row("lu_solve", name, f"{shape} 8 rhs {flags}", ratio, testing.THRESHOLD, seconds, via))
+            yield Row("lu_solve", name, f"{shape} 8 rhs {flags}", ratio, testing.THRESHOLD, seconds, via)
         X, seconds = _timed(device, lambda: LA.solve(A, B))
-        yield (Row("solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
+        yield Row("solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via)
         X, seconds = _timed(device, lambda: LA.inv(A))
-        yield (Row("inv", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
+        yield Row("inv", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via)
         # Singular values 2 .. 1/2 (det near 1 at every n, away from over- and underflow).
         D = testing.batch_of((count,), n, dtype, rng, cond=4, scale=2).to(device)
         d, seconds = _timed(device, lambda: LA.det(D))
-        yield (Row("det", name, shape, testing.det_ratio(D, d), testing.THRESHOLD, seconds, via))
+        yield Row("det", name, shape, testing.det_ratio(D, d), testing.THRESHOLD, seconds, via)
 
 
 def _qr_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
@@ -182,8 +182,8 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iter
             (Q, R), seconds = _timed(device, lambda: LA.qr(A, mode=mode))
             residual, orthogonality = testing.qr_ratios(A.cpu(), Q.cpu(), R.cpu())
             shape = f"{count}x{m}x{n} {mode}"
-            yield (Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via))
-            yield (Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via))
+            yield Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via)
+            yield Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via)
     # sqrt03: ||op(Q) C - ormqr(C)||_1 / (m ||C||_1 eps), Q formed by householder_product.
     m, k = 150, 70
     packed, tau = LA.geqrf(_normal(rng, (2, m, k), dtype).to(device))
@@ -197,7 +197,7 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iter
         error = torch.linalg.matrix_norm(torch.from_numpy(testing.exact(X)) - expected, 1)
         ratio = (error / (m * torch.linalg.matrix_norm(c, 1) * testing.eps(dtype))).max().item()
         flags = ("left" if left else "right") + (" Q^H" if transpose else " Q")
-        yield (Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked"))
+        yield Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked")
 
 
 def _svd_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
@@ -213,12 +213,12 @@ def _svd_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Ite
         (U, S, Vh), seconds = _timed(device, lambda: LA.svd(A))
         ratios = testing.svd_ratios(A.cpu(), U.cpu(), S.cpu(), Vh.cpu())
         for what, ratio in zip(("residual", "U orthogonality", "V orthogonality", "singular values"), ratios):
-            yield (Row("svd", name, f"{count}x{m}x{n} {what}", ratio, testing.THRESHOLD, seconds, via))
+            yield Row("svd", name, f"{count}x{m}x{n} {what}", ratio, testing.THRESHOLD, seconds, via)
         X, seconds = _timed(device, lambda: LA.pinv(A))
         a, x = torch.from_numpy(testing.exact(A)), torch.from_numpy(testing.exact(X))
         norm = lambda M: torch.linalg.matrix_norm(M, 1)
         error = norm(a @ x @ a - a) / (max(m, n) * norm(a) ** 2 * norm(x) * testing.eps(dtype))
-        yield (Row("pinv", name, f"{count}x{m}x{n} AXA = A", error.max().item(), testing.THRESHOLD, seconds, via))
+        yield Row("pinv", name, f"{count}x{m}x{n} AXA = A", error.max().item(), testing.THRESHOLD, seconds, via)
 
 
 def _cholesky_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
@@ -231,14 +231,14 @@ def _cholesky_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -
         shape = f"{count}x{n}x{n}"
         for upper in (True, False):  # the lower factor last: the solves below take it
             L, seconds = _timed(device, lambda: LA.cholesky(A, upper=upper))
-            yield (Row("cholesky", name, shape + (" upper" if upper else ""), testing.cholesky_ratio(A, L, upper),
-                               testing.THRESHOLD, seconds, via))
+            yield Row("cholesky", name, shape + (" upper" if upper else ""), testing.cholesky_ratio(A, L, upper),
+                               testing.THRESHOLD, seconds, via)
         A = L @ L.mH  # the matrix L stands for, as stored
         B = _normal(rng, (count, n, 8), dtype).to(device)
         X, seconds = _timed(device, lambda: LA.cholesky_solve(B, L))
-        yield (Row("cholesky_solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via))
+        yield Row("cholesky_solve", name, f"{shape} 8 rhs", testing.general_solve_ratio(A, X, B), testing.THRESHOLD, seconds, via)
         X, seconds = _timed(device, lambda: LA.cholesky_inverse(L))
-        yield (Row("cholesky_inverse", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via))
+        yield Row("cholesky_inverse", name, shape, testing.inv_ratio(A, X), testing.THRESHOLD, seconds, via)
 
 
 def _eigh_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
@@ -253,9 +253,9 @@ def _eigh_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> It
             (w, V), seconds = _timed(device, lambda: LA.eigh(A))
             ratios = testing.eigh_ratios(A, w, V)
             for what, ratio in zip(("residual", "orthogonality", "eigenvalues"), ratios):
-                yield (Row("eigh", name, f"{shape} {what}", ratio, testing.THRESHOLD, seconds, via))
+                yield Row("eigh", name, f"{shape} {what}", ratio, testing.THRESHOLD, seconds, via)
             w, seconds = _timed(device, lambda: LA.eigvalsh(A))
-            yield (Row("eigvalsh", name, shape, testing.eigh_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via))
+            yield Row("eigvalsh", name, shape, testing.eigh_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via)
 
 
 # Each family of rows with the functions it checks (``check -k`` skips the others).
