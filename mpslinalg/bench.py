@@ -583,6 +583,11 @@ class Comparison:
     peer: Result | None  # the fastest row of neither mpslinalg nor torch
 
     @property
+    def name(self) -> str:
+        """The function alone: inv_ex (of "mpslinalg.inv_ex (max error ...)")."""
+        return self.function.split(" ")[0].removeprefix("mpslinalg.")
+
+    @property
     def eager_ratio(self) -> float | None:
         return self.torch_eager.seconds / self.eager.seconds if self.torch_eager else None
 
@@ -639,7 +644,7 @@ def performance_page(results: list[Result], header: str, peak: float | None, fig
     ]
     losing = [c for c in found if c.eager_ratio is not None and c.eager_ratio < 1]
     for c in losing:
-        lines.append(f"| `{c.function.split(' ')[0].removeprefix('mpslinalg.')}` | {c.case} | {_ratio(c.eager_ratio)} | "
+        lines.append(f"| `{c.name}` | {c.case} | {_ratio(c.eager_ratio)} | "
                      f"{c.eager.seconds * 1e3:.3g} | {c.torch_eager.seconds * 1e3:.3g} |")
     if not losing:
         lines.append("| none | | | | |")
@@ -673,7 +678,7 @@ def plot(results: list[Result], directory: str) -> list[str]:
         rows = [c for c in found if c.family == family and c.eager_ratio is not None]
         if not rows:
             continue
-        labels = [f"{c.function.split(' ')[0].removeprefix('mpslinalg.')}  {c.case}" for c in rows]
+        labels = [f"{c.name}  {c.case}" for c in rows]
         y = list(range(len(rows)))[::-1]
         fig, ax = plt.subplots(figsize=(9, 0.9 + 0.34 * len(rows)))
         eager = ax.barh([v + 0.2 for v in y], [c.eager_ratio for c in rows], height=0.4, color="#1f77b4", label="eager call")
@@ -698,12 +703,20 @@ def plot(results: list[Result], directory: str) -> list[str]:
     return written
 
 
+def load(paths: list[str]) -> tuple[list[dict], list[Result]]:
+    """The runs that ``write`` saved as JSON, and their results in order."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    fields = set(Result.__dataclass_fields__)  # the JSON also holds the derived bandwidth
+    return runs, [Result(**{k: v for k, v in r.items() if k in fields}) for run in runs for r in run["results"]]
+
+
 def report(paths: list[str], page: str) -> int:
     """``--plot``: the performance page and its figures (beside it, in a folder of its
     name) from earlier runs' JSON."""
-    runs = [json.load(open(path)) for path in paths]
-    fields = set(Result.__dataclass_fields__)
-    results = [Result(**{k: v for k, v in r.items() if k in fields}) for run in runs for r in run["results"]]
+    runs, results = load(paths)
     directory = os.path.splitext(page)[0]
     plot(results, directory)
     with open(page, "w") as f:
@@ -758,17 +771,12 @@ def main(argv: list[str] | None = None) -> int:
 def merge(paths: list[str], markdown_path: str | None, json_path: str | None) -> int:
     """One report of runs that measured different families (each run's tables compare
     rows of one process): the first run's header, and the others' where they differ."""
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f))
+    runs, results = load(paths)
     header = runs[0]["header"]
     others = [run["header"].split("\n\n", 1)[-1] for run in runs[1:] if run["header"] != header]
     if others:
         families = [", ".join(dict.fromkeys(r["family"] for r in run["results"])) for run in runs]
         header += f"\n\nFamilies measured in {len(runs)} runs ({'; '.join(families)}); the later runs: " + " ".join(others)
-    fields = set(Result.__dataclass_fields__)
-    results = [Result(**{k: v for k, v in r.items() if k in fields}) for run in runs for r in run["results"]]
     write(results, header, runs[0].get("peak"), markdown_path, json_path)
     print(markdown(results, header, runs[0].get("peak")))
     return 0

@@ -129,6 +129,12 @@ def _scaled_hermitian(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch
     return H * (down[0] * down[1])[:, None, None].to(H.dtype), e
 
 
+def _nan_where_nonfinite(w: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """V, NaN for the matrices whose eigenvalues hold a NaN (non-finite input has no
+    eigenvectors), for the routes of torch ops (the kernels write the NaN themselves)."""
+    return torch.where(torch.isnan(w).any(-1)[:, None, None], torch.nan, V)
+
+
 def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(w, V) of (count, n, n) A as the module says for larger n (V None unless ``vectors``)."""
     H, e = _scaled_hermitian(A, upper)
@@ -148,9 +154,7 @@ def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, 
     w = torch.where(definite[..., 0], squared, (S - sigma[:, None]) * (half[0] * half[1])[:, None])
     if not vectors:
         return w, None
-    V = Vh.mH.flip(-1)  # ascending, as w
-    nonfinite = torch.isnan(w).any(-1)
-    return w, torch.where(nonfinite[:, None, None], torch.nan, V)  # no eigenvectors for non-finite input
+    return w, _nan_where_nonfinite(w, Vh.mH.flip(-1))  # V ascending, as w
 
 
 # Block Jacobi for n past eigh_pairs: blocks of BLOCK columns, pairs of them (2 BLOCK <=
@@ -241,9 +245,7 @@ def _by_blocks(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     V = torch.gather(V, 2, order[:, None, :n].expand(count, N, n))[:, :n]
     # The rounds' products leave V's columns orthonormal to about (rounds x sweeps) eps:
     # one Newton-Schulz step toward the nearest orthonormal matrix squares that.
-    V = 1.5 * V - 0.5 * (V @ (V.mH @ V))
-    nonfinite = torch.isnan(w).any(-1)
-    return w, torch.where(nonfinite[:, None, None], torch.nan, V)
+    return w, _nan_where_nonfinite(w, 1.5 * V - 0.5 * (V @ (V.mH @ V)))
 
 
 def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

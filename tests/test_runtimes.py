@@ -1,7 +1,6 @@
 """The runtimes: generated entry points, the Metal launch up to torch's call, dispatch, caching."""
 
 import importlib.util
-import json
 import os
 import pathlib
 import re
@@ -437,8 +436,7 @@ def test_performance_page_is_generated_from_the_report():
     from mpslinalg import bench
 
     docs = pathlib.Path(__file__).parent.parent / "docs"
-    run = json.loads((docs / "benchmark-report.json").read_text())
-    results = [bench.Result(**{k: v for k, v in r.items() if k in bench.Result.__dataclass_fields__}) for r in run["results"]]
+    (run,), results = bench.load([str(docs / "benchmark-report.json")])
     assert (docs / "performance.md").read_text() == bench.performance_page(results, run["header"], run["peak"], "performance")
     for family in dict.fromkeys(r.family for r in results):
         assert (docs / "performance" / f"{family}.svg").exists()
