@@ -21,6 +21,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -128,6 +129,7 @@ class Progress:
     def __init__(self, families: list[str], stream=sys.stderr):
         self.families, self.stream = families, stream
         self.done, self.cases, self.start = 0, 0, time.perf_counter()
+        self.results: list[Result] = []  # every row measured so far
         self.terminal = stream.isatty()
 
     def case(self, family: str, case: str) -> None:
@@ -167,6 +169,8 @@ def measure(
             replay = time_graph_replay(call, **timing)
             if replay is not None:
                 results.append(Result(family, case, name + " (graph)", replay, nbytes))
+    if _progress is not None:
+        _progress.results += results
     return results
 
 
@@ -757,13 +761,16 @@ def main(argv: list[str] | None = None) -> int:
     global _progress
     families = args.families or list(FAMILIES)
     _progress = Progress(families)
-    results = []
-    with selected:
-        for family in families:
-            results += FAMILIES[family](device, batch)
-            _progress.family_done()
-            # The files after each family: a run cut short keeps what it measured.
-            write(results, header, peak, args.markdown, args.json)
+    # A run stopped by a time limit (SIGTERM) keeps the rows it measured.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        with selected:
+            for family in families:
+                FAMILIES[family](device, batch)
+                _progress.family_done()
+    finally:
+        write(_progress.results, header, peak, args.markdown, args.json)
+    results = _progress.results
     print(markdown(results, header, peak))
     return 0
 
