@@ -69,10 +69,12 @@ class Result:
     implementation: str
     seconds: float
     bytes: int
+    host: float | None = None  # the host's time until the call returned (latency rows)
+    kernels: int | None = None  # device kernels the call launched (latency rows, CUDA)
 
     @property
     def bandwidth(self) -> float:
-        return self.bytes / self.seconds
+        return self.bytes / self.seconds if self.seconds else 0.0
 
 
 def time_per_call(device: torch.device, call: Callable, loop: int = 20, repeats: int = 7, warmup: int = 3) -> float:
@@ -463,29 +465,32 @@ def bench_eigh(device: torch.device, batch: int) -> list[Result]:
     read, the eigenvalues and eigenvectors written."""
     results = []
     small = device.type == "cpu"
-    cases = [(2**20, 3), (10_000, 8), (10_000, 16), (10_000, 32), (10_000, 64)] + ([] if small else [(1, 1024), (1, 4096)])
+    cases = [(2**20, 3), (10_000, 8), (10_000, 16), (10_000, 32), (10_000, 64)]
     jax_eigh = _jax(torch.randn(4, 8, 8, device=device), "eigh") if device.type == "cuda" else None
-    for dtype in (torch.float32, torch.complex64):
+    # The single large matrices last: a run cut short by its time limit keeps both dtypes' batches.
+    large = [] if small else [(dtype, 1, n) for n in (1024, 4096) for dtype in (torch.float32, torch.complex64)]
+    for dtype, count, n in [(dtype, count, n) for dtype in (torch.float32, torch.complex64) for count, n in cases] + large:
         kind = str(dtype).removeprefix("torch.")
-        for count, n in cases:
-            count = min(count, 256) if small else count
-            X = torch.randn(count, n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
-            A = X @ X.mH / n if n == 3 else X + X.mH  # covariances; else indefinite
-            item = A.element_size()
-            nbytes = 2 * A.numel() * item + count * n * item // (2 if dtype.is_complex else 1)
-            rows = [("mpslinalg.eigh", lambda: LA.eigh(A), nbytes), ("mpslinalg.eigvalsh", lambda: LA.eigvalsh(A), nbytes)]
-            if _runs(lambda: torch.linalg.eigh(A)):
-                rows += [("torch.linalg.eigh", lambda: torch.linalg.eigh(A), nbytes),
-                         ("torch.linalg.eigvalsh", lambda: torch.linalg.eigvalsh(A), nbytes)]
-            if jax_eigh is not None:
-                rows.append(("jax.numpy.linalg.eigh", lambda: jax_eigh(A), nbytes))
-            if eigh_family._by_jacobi(A[:1], False, False) is not None:  # the crossover to the larger n's route
-                rows.append(("mpslinalg.eigh by the SVD", lambda: eigh_family._by_svd(A, False, True), nbytes))
-            shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
-            # torch's batched eigh takes seconds at 64x64: one call each, no graphs.
-            slow = count * n >= 10_000 * 64 or n >= 4096
-            timing = {"loop": 1, "repeats": 1, "warmup": 1} if slow else {"loop": 3, "repeats": 3}
-            results += measure("eigh", f"{shape} {kind}", rows, device, graph=not slow, **timing)
+        count = min(count, 256) if small else count
+        X = torch.randn(count, n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
+        A = X @ X.mH / n if n == 3 else X + X.mH  # covariances; else indefinite
+        item = A.element_size()
+        nbytes = 2 * A.numel() * item + count * n * item // (2 if dtype.is_complex else 1)
+        rows = [("mpslinalg.eigh", lambda: LA.eigh(A), nbytes), ("mpslinalg.eigvalsh", lambda: LA.eigvalsh(A), nbytes)]
+        if _runs(lambda: torch.linalg.eigh(A)):
+            rows += [("torch.linalg.eigh", lambda: torch.linalg.eigh(A), nbytes),
+                     ("torch.linalg.eigvalsh", lambda: torch.linalg.eigvalsh(A), nbytes)]
+        if jax_eigh is not None:
+            rows.append(("jax.numpy.linalg.eigh", lambda: jax_eigh(A), nbytes))
+        if eigh_family._by_jacobi(A[:1], False, False) is not None:  # the crossover to the larger n's route
+            rows.append(("mpslinalg.eigh by the SVD", lambda: eigh_family._by_svd(A, False, True), nbytes))
+        shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
+        # torch's batched eigh takes seconds at 64x64: one call each. No graphs of
+        # single large matrices either: after the captures at 1024 (ours, torch's syevd)
+        # cuSOLVER failed (CUSOLVER_STATUS_EXECUTION_FAILED) on the H200; the block route syncs.
+        slow = count * n >= 10_000 * 64 or n >= 1024
+        timing = {"loop": 1, "repeats": 1, "warmup": 1} if slow else {"loop": 3, "repeats": 3}
+        results += measure("eigh", f"{shape} {kind}", rows, device, graph=not slow, **timing)
     return results
 
 
@@ -513,8 +518,111 @@ def bench_cholesky(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
+def _latency_cases(device: torch.device) -> list[tuple[str, str, Callable, str, Callable]]:
+    """(function, case, mpslinalg's call, torch's function, torch's call): the small batched calls of a
+    training step (issue 23's sizes) and one small case of every public function."""
+    generator = torch.Generator(device).manual_seed(23)
+
+    def random(*shape, dtype=torch.float32):
+        return torch.randn(*shape, dtype=dtype, device=device, generator=generator)
+
+    def eye(n, dtype=torch.float32):
+        return torch.eye(n, dtype=dtype, device=device)
+
+    count = 16384 if device.type != "cpu" else 256
+    cases = []
+    for n in (16, 32, 64):
+        L, B = (random(count, n, n) / n**0.5 + 2 * eye(n)).tril(), random(count, n, 8)
+        cases.append(("solve_triangular", f"{count} x {n}x{n}, 8 rhs", lambda L=L, B=B: LA.solve_triangular(L, B, upper=False),
+                      "torch.linalg.solve_triangular", lambda L=L, B=B: torch.linalg.solve_triangular(L, B, upper=False)))
+    for chunk in (16, 32, 64):
+        A, blocks, _ = _fla_like_chunks(1, 4096 if device.type != "cpu" else 256, 16 if device.type != "cpu" else 2, chunk, device)
+        square = (eye(chunk) + blocks).reshape(-1, chunk, chunk)
+        identity = eye(chunk).expand_as(square)
+        cases.append(("solve_tril", f"(I+A)^-1 {square.shape[0]} chunks, BT={chunk}", lambda A=A: LA.solve_tril(A),
+                      "torch.linalg.solve_triangular", lambda S=square, I=identity: torch.linalg.solve_triangular(S, I, upper=False, unitriangular=True)))
+    small = 1024 if device.type != "cpu" else 16
+    S4, S3 = random(small, 4, 4) + 8 * eye(4), random(small, 3, 3) + 6 * eye(3)
+    M = random(small, 32, 32) + 32**0.5 * eye(32)
+    C = random(small, 32, 32, dtype=torch.complex64)
+    P = M @ M.mT / 32 + eye(32)
+    H = M + M.mT
+    R = random(small, 32, 8)
+    tall = random(small, 64, 16)
+    LU, pivots = torch.linalg.lu_factor(M)
+    Lc = torch.linalg.cholesky(P)
+    Q, tau = torch.geqrf(tall)
+    for name, shape, a in (("inv_ex", "4x4", S4), ("inv_ex", "3x3", S3), ("inv", "4x4", S4), ("det", "4x4", S4),
+                           ("inv", "32x32", M), ("det", "32x32", M), ("slogdet", "32x32", M), ("logdet", "32x32", P),
+                           ("lu_factor", "32x32", M), ("lu_factor_ex", "32x32", M), ("lu", "32x32", M),
+                           ("lu_factor", "32x32 complex64", C), ("qr", "32x32", M), ("svd", "32x32", M),
+                           ("svdvals", "32x32", M), ("pinv", "32x32", M), ("matrix_rank", "32x32", M),
+                           ("eigh", "32x32", H), ("eigvalsh", "32x32", H), ("cholesky", "32x32", P),
+                           ("cholesky_ex", "32x32", P)):
+        ours = getattr(LA, name)
+        torch_name = "torch.logdet" if name == "logdet" else f"torch.linalg.{name}"
+        theirs = torch.logdet if name == "logdet" else getattr(torch.linalg, name)
+        cases.append((name, f"{small} x {shape}", lambda f=ours, a=a: f(a), torch_name, lambda f=theirs, a=a: f(a)))
+    cases += [
+        ("solve", f"{small} x 32x32, 8 rhs", lambda: LA.solve(M, R), "torch.linalg.solve", lambda: torch.linalg.solve(M, R)),
+        ("solve_ex", f"{small} x 32x32, 8 rhs", lambda: LA.solve_ex(M, R), "torch.linalg.solve_ex", lambda: torch.linalg.solve_ex(M, R)),
+        ("lu_solve", f"{small} x 32x32, 8 rhs", lambda: LA.lu_solve(LU, pivots, R), "torch.linalg.lu_solve", lambda: torch.linalg.lu_solve(LU, pivots, R)),
+        ("cholesky_solve", f"{small} x 32x32, 8 rhs", lambda: LA.cholesky_solve(R, Lc), "torch.cholesky_solve", lambda: torch.cholesky_solve(R, Lc)),
+        ("cholesky_inverse", f"{small} x 32x32", lambda: LA.cholesky_inverse(Lc), "torch.cholesky_inverse", lambda: torch.cholesky_inverse(Lc)),
+        ("tril_inverse", f"{small} x 32x32", lambda: LA.tril_inverse(Lc), "torch.linalg.solve_triangular",
+         lambda: torch.linalg.solve_triangular(Lc, eye(32).expand_as(Lc), upper=False)),
+        ("lstsq", f"{small} x 64x16, 8 rhs", lambda: LA.lstsq(tall, tall[..., :8]), "torch.linalg.lstsq", lambda: torch.linalg.lstsq(tall, tall[..., :8])),
+        ("geqrf", f"{small} x 64x16", lambda: LA.geqrf(tall), "torch.geqrf", lambda: torch.geqrf(tall)),
+        ("householder_product", f"{small} x 64x16", lambda: LA.householder_product(Q, tau), "torch.linalg.householder_product",
+         lambda: torch.linalg.householder_product(Q, tau)),
+        ("ormqr", f"{small} x 64x16, 8 columns", lambda: LA.ormqr(Q, tau, tall[..., :8]), "torch.ormqr", lambda: torch.ormqr(Q, tau, tall[..., :8])),
+    ]
+    return cases
+
+
+def _kernels_launched(device: torch.device, call: Callable) -> int | None:
+    """The device kernels one call launches (CUDA: the profiler's kernel records, CuPy's
+    launches among them); None elsewhere."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        call()
+        torch.cuda.synchronize()
+    return sum(1 for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def bench_latency(device: torch.device, batch: int) -> list[Result]:
+    """One call at a time, as a training step makes it: the time from the call to the end
+    of its device work (a synchronisation before and after; median of 50), beside the
+    host time alone (until the call returns) and the device kernels it launched. Bytes:
+    none counted (latency, not bandwidth)."""
+    results = []
+    for function, case, ours, torch_name, theirs in _latency_cases(device):
+        if _progress is not None:
+            _progress.case("latency", f"{function} {case}")
+        for name, call in ((f"mpslinalg.{function}", ours), (torch_name, theirs)):
+            for _ in range(3):
+                call()
+            whole, host = [], []
+            for _ in range(50):
+                _synchronize(device)
+                begin = time.perf_counter()
+                call()
+                returned = time.perf_counter()
+                _synchronize(device)
+                whole.append(time.perf_counter() - begin)
+                host.append(returned - begin)
+            results.append(Result("latency", f"{function} {case}", name, statistics.median(whole), 0,
+                                  host=statistics.median(host), kernels=_kernels_launched(device, call)))
+    if _progress is not None:
+        _progress.results += results
+    return results
+
+
 FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd,
-            "cholesky": bench_cholesky, "eigh": bench_eigh}
+            "cholesky": bench_cholesky, "eigh": bench_eigh, "latency": bench_latency}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:
@@ -533,6 +641,8 @@ def _baseline(results: list[Result], r: Result) -> Result | None:
     """The torch.linalg row ``r`` is compared with: its namesake where the case has one
     (torch.linalg.lu_factor_ex for mpslinalg.lu_factor_ex), timed the same way (graph
     or not) where it can be."""
+    if r.family == "latency":  # a case's one torch row, whichever function stands in
+        return next((b for b in results if (b.family, b.case) == (r.family, r.case) and b.implementation.startswith("torch.")), None)
     graph = r.implementation.endswith(" (graph)")
     rows = [b for b in results if (b.family, b.case) == (r.family, r.case) and b.implementation.removesuffix(" (graph)") in BASELINES]
     function = r.implementation.removesuffix(" (graph)").split(" ")[0].rsplit(".", 1)[-1]
@@ -562,6 +672,17 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
     """The header, then a table per family in the order they ran."""
     lines = [header]
     for family in dict.fromkeys(r.family for r in results):
+        if family == "latency":
+            lines += ["", "## latency", "", "One call at a time, from the call until its device work ends (host time included), "
+                      "and the host's time until the call returns.", "",
+                      "| case | implementation | vs torch | time (ms) | host (ms) | device kernels |", "|---|---|---|---|---|---|"]
+            for r in results:
+                if r.family == family:
+                    base = _baseline(results, r)
+                    speedup = f"{base.seconds / r.seconds:.2f}x" if base else ""
+                    kernels = "" if r.kernels is None else str(r.kernels)
+                    lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.4f} | {r.host * 1e3:.4f} | {kernels} |")
+            continue
         lines += ["", f"## {family}", "", "| case | implementation | vs torch.linalg | time (ms) | % of peak | GB/s |", "|---|---|---|---|---|---|"]
         for r in results:
             if r.family != family:

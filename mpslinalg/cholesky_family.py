@@ -1,12 +1,12 @@
 """Cholesky: ``cholesky``, ``cholesky_ex``, ``cholesky_solve``, ``cholesky_inverse``.
 
 Kernel (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2: ``cholesky_small``
-factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per
-matrix. Larger matrices are factored recursively, as LAPACK's spotrf2, in place
-in one copy of A: the leading half by recursion down to the kernel, the panel
-L21 = A21 L11^-H by mpslinalg's triangular solve, the trailing A22 - L21 L21^H
-by ``baddbmm`` (where the work is). ``info`` is LAPACK's, computed on the device: the order of
-the first leading minor that is not positive definite (a pivot <= 0 or NaN).
+factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per matrix. Larger matrices are factored
+right-looking in steps of 64 columns, as LAPACK's spotrf (``_factor``): the diagonal
+block by the kernel, the panel by mpslinalg's triangular solve (kernel), the trailing
+update by ``baddbmm`` (where the work is). ``info`` is LAPACK's, computed on the
+device: the order of the first leading minor that is not positive definite (a pivot
+<= 0 or NaN).
 
 ``cholesky_solve`` solves with L and L^H (mpslinalg's triangular solves);
 ``cholesky_inverse`` is W^H W with W = L^-1 (``tril_inverse``).
@@ -63,33 +63,35 @@ def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(L, info) of contiguous (count, n, n) a from its lower triangle: the kernel, or
-    spotrf2's recursion on a copy of a, in place."""
-    n = a.shape[-1]
+    LAPACK's right-looking spotrf on a copy of a in steps of ``leaf`` columns: the
+    diagonal block by the kernel, the panel L21 = A21 L11^-H by the triangular solve's
+    kernel, the trailing A22 - L21 L21^H as one product (on the whole square; its upper
+    part is dropped). A few launches a step: the recursion on halves (spotrf2) it
+    replaces made thousands at n = 1024, whose host time bounded it."""
+    count, n, _ = a.shape
+    N = next(N for N in SIZES if min(n, leaf) <= N)
     if n <= leaf:
-        return _factor_small(a, next(N for N in SIZES if n <= N))
-    L = a.clone()
-    info = torch.zeros(a.shape[0], dtype=torch.int32, device=a.device)
-    _factor_in_place(L, leaf, info, 0)
-    return L, info
-
-
-def _factor_in_place(W: torch.Tensor, leaf: int, info: torch.Tensor, offset: int) -> None:
-    """spotrf2 on W (count, n, n), a view into the factor: L over W's lower triangle and
-    zeros above it, split where the leading part is a whole number of leaves; ``info``
-    takes the first failure's order (its rows and columns start at ``offset``)."""
-    n = W.shape[-1]
-    if n <= leaf:
-        L, failed = _factor_small(W.contiguous(), next(N for N in SIZES if n <= N))
-        W.copy_(L)
-        info.copy_(torch.where((info == 0) & (failed > 0), failed + offset, info))
-        return
-    n1 = leaf * max(1, round(n / (2 * leaf)))
-    _factor_in_place(W[:, :n1, :n1], leaf, info, offset)
-    L11, W21 = W[:, :n1, :n1], W[:, n1:, :n1]
-    W21.copy_(triangular._solve_triangular_body(L11.mH, W21, True, False, False))  # L21 L11^H = A21
-    W[:, :n1, n1:].zero_()
-    W[:, n1:, n1:].baddbmm_(W21, W21.mH, alpha=-1)  # A22 - L21 L21^H, its lower triangle read below
-    _factor_in_place(W[:, n1:, n1:], leaf, info, offset + n1)
+        return _factor_small(a, N)
+    W = a.clone()
+    failures = []  # each step's kernel info: the order within its block
+    for k in range(0, n, leaf):
+        end = min(k + leaf, n)
+        L11, failed = _factor_small(W[:, k:end, k:end].contiguous(), next(N for N in SIZES if end - k <= N))
+        W[:, k:end, k:end] = L11
+        failures.append(failed)
+        if end < n:
+            # L11 L21^H = A21^H: the triangular solve's kernel on the panel's columns (a
+            # product with L11's inverse rounds more: leading minors that the kernel
+            # passed came out not positive definite).
+            panel = torch.empty(count, end - k, n - end, dtype=a.dtype, device=a.device).copy_(W[:, end:, k:end].mH)
+            W[:, end:, k:end] = triangular._solve_left(L11, panel, False, False).mH
+            W[:, end:, end:].baddbmm_(W[:, end:, k:end], W[:, end:, k:end].mH, alpha=-1)
+    # info: the first failing step's order plus its offset (later steps fail too, on
+    # the NaN or the indefinite block that a failure leaves).
+    failed = torch.stack(failures, -1)
+    step = (failed > 0).to(torch.int32).argmax(-1, keepdim=True)
+    first = failed.gather(-1, step)
+    return W.tril_(), torch.where(first > 0, first + step.to(torch.int32) * leaf, 0).view(count)
 
 
 def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:

@@ -109,7 +109,8 @@ def test_errors_match_torch(device):
                 getattr(torch.linalg, function)(A, **kwargs)
             with pytest.raises(expected.type) as got:
                 getattr(LA, function)(A.to(device), **kwargs)
-            assert str(got.value).replace("cpu", "") == str(expected.value).replace("cpu", "")
+            # torch names the device's kernel ("linalg_eigh_cuda" not implemented for 'Int').
+            assert str(got.value).replace(device.type, "") == str(expected.value).replace("cpu", "")
     torch.testing.assert_close(LA.eigvalsh(torch.eye(2, device=device), UPLO="u"), torch.ones(2, device=device))
 
 
