@@ -1,0 +1,124 @@
+"""Work per call: each public function issues no more device work than its route needs.
+
+A small call's time is host time, and the host's time grows with every kernel and
+torch op a call issues (a launch on CUDA, a command encoder's work on Metal). The
+budgets below are each route's counts as measured on the OpenCL runtime, kernels
+(mpslinalg's launches) and torch ops that run on the device (views and allocations
+aside); a change that adds work fails here and must raise its budget on purpose.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import mpslinalg as LA
+from mpslinalg import runtimes
+
+# aten ops that launch nothing on a device: views, metadata, allocations.
+NO_DEVICE_WORK = {
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::_reshape_alias",
+    "aten::reshape", "aten::slice", "aten::select", "aten::transpose", "aten::t", "aten::permute", "aten::expand",
+    "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::alias", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::_conj", "aten::conj", "aten::mH", "aten::mT", "aten::adjoint", "aten::diagonal", "aten::narrow",
+    "aten::split", "aten::unbind", "aten::lift_fresh", "aten::_unsafe_view", "aten::view_as_real",
+    "aten::view_as_complex", "aten::numpy_T", "aten::contiguous", "aten::to", "aten::split_with_sizes",
+    "aten::result_type", "aten::is_nonzero", "aten::unflatten", "aten::flatten", "aten::movedim", "aten::expand_as",
+    "aten::chunk", "aten::type_as", "aten::clone", "aten::_to_copy", "aten::new_empty", "aten::new_empty_strided",
+}
+LAUNCH = "mpslinalg launch"
+
+
+def work(device: torch.device, call) -> tuple[int, list[str]]:
+    """(kernels, device ops) of one call of ``call``: mpslinalg's launches, and the names
+    of the leaf aten ops outside them that run on the device. Composite ops (clone, to, contiguous)
+    count through the copy_ they make."""
+    runtime = runtimes.for_device(device)
+    launch = runtime.launch
+    kernels = 0
+
+    def counted(*args, **kwargs):
+        nonlocal kernels
+        kernels += 1
+        with record_function(LAUNCH):
+            return launch(*args, **kwargs)
+
+    with mock.patch.object(runtime, "launch", counted), profile(activities=[ProfilerActivity.CPU]) as profiler:
+        call()
+
+    def under_launch(event) -> bool:
+        while event is not None:
+            if event.name == LAUNCH:
+                return True
+            event = event.cpu_parent
+        return False
+
+    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not e.cpu_children
+           and e.name not in NO_DEVICE_WORK and not under_launch(e)]
+    return kernels, ops
+
+
+def _inputs(device):
+    generator = torch.Generator().manual_seed(23)
+
+    def random(*shape, dtype=torch.float32):
+        return torch.randn(*shape, dtype=dtype, generator=generator).to(device)
+
+    eye = torch.eye(16, device=device)
+    M = random(4, 16, 16) + 4 * eye
+    P = M @ M.mT / 16 + eye
+    return {
+        "LU": torch.linalg.lu_factor(M), "QR": torch.geqrf(random(4, 24, 8)), "Lp": torch.linalg.cholesky(P),
+        "S4": random(4, 4, 4) + 8 * torch.eye(4, device=device), "M": M, "H": M + M.mT, "P": P,
+        "L": M.tril(), "B": random(4, 16, 3), "C": random(4, 16, 16, dtype=torch.complex64), "tall": random(4, 24, 8),
+        "chunks": random(1, 64, 2, 16).tril(-1) * 0.1,
+    }
+
+
+# function -> (call on the inputs, kernels, device ops): the route of each small case.
+BUDGETS = {
+    "inv_ex 4x4": (lambda x: LA.inv_ex(x["S4"]), 1, 0),
+    "det 4x4": (lambda x: LA.det(x["S4"]), 1, 0),
+    "inv 16x16": (lambda x: LA.inv(x["M"]), 4, 5),
+    "solve_triangular": (lambda x: LA.solve_triangular(x["L"], x["B"], upper=False), 1, 0),
+    "solve_tril": (lambda x: LA.solve_tril(x["chunks"]), 1, 0),
+    "lu_factor_ex": (lambda x: LA.lu_factor_ex(x["M"]), 1, 0),
+    "solve_ex": (lambda x: LA.solve_ex(x["M"], x["B"]), 4, 1),
+    "qr": (lambda x: LA.qr(x["M"]), 1, 3),
+    "svd": (lambda x: LA.svd(x["M"]), 1, 0),
+    "eigh": (lambda x: LA.eigh(x["H"]), 1, 0),
+    "eigvalsh": (lambda x: LA.eigvalsh(x["H"]), 1, 0),
+    "cholesky_ex": (lambda x: LA.cholesky_ex(x["P"]), 1, 0),
+    "lu_factor_ex complex": (lambda x: LA.lu_factor_ex(x["C"]), 1, 0),
+    "lstsq": (lambda x: LA.lstsq(x["tall"], x["tall"][..., :2]), 4, 69),
+    "lu": (lambda x: LA.lu(x["M"]), 2, 8),
+    "lu_solve": (lambda x: LA.lu_solve(*x["LU"], x["B"]), 3, 2),
+    "solve": (lambda x: LA.solve(x["M"], x["B"]), 4, 3),
+    "slogdet": (lambda x: LA.slogdet(x["M"]), 1, 18),
+    "logdet": (lambda x: LA.logdet(x["P"]), 1, 20),
+    "det 16x16": (lambda x: LA.det(x["M"]), 1, 10),
+    "pinv": (lambda x: LA.pinv(x["M"]), 1, 15),
+    "matrix_rank": (lambda x: LA.matrix_rank(x["M"]), 1, 13),
+    "svdvals": (lambda x: LA.svdvals(x["M"]), 1, 0),
+    "geqrf": (lambda x: LA.geqrf(x["tall"]), 1, 0),
+    "householder_product": (lambda x: LA.householder_product(*x["QR"]), 1, 3),
+    "ormqr": (lambda x: LA.ormqr(*x["QR"], x["tall"][..., :2]), 1, 13),
+    "cholesky": (lambda x: LA.cholesky(x["P"]), 1, 2),
+    "cholesky_solve": (lambda x: LA.cholesky_solve(x["B"], x["Lp"]), 2, 1),
+    "cholesky_inverse": (lambda x: LA.cholesky_inverse(x["Lp"]), 1, 1),
+    "tril_inverse": (lambda x: LA.tril_inverse(x["Lp"]), 1, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(BUDGETS))
+def test_work_per_call_within_budget(device, case):
+    call, kernels, ops = BUDGETS[case]
+    x = _inputs(device)
+    call(x)  # compiles; the first call may build what later calls reuse
+    got, names = work(device, lambda: call(x))
+    print(case, (got, len(names)))
+    assert kernels is not None and got <= kernels and len(names) <= ops, (
+        f"{case}: {got} kernels and {len(names)} device ops {sorted(names)} against a budget of {kernels} and {ops}")
