@@ -102,6 +102,12 @@ class Kernel:
     def __post_init__(self) -> None:
         KERNELS.append(self)
 
+    @cached_property
+    def first_scalar_buffer(self) -> int | None:
+        """The index in ``args`` of the first buffer of T, whose dtype selects the
+        instantiation; None for a kernel on indices only."""
+        return next((k for k, a in enumerate(self.args) if isinstance(a, Buffer) and a.element == "T"), None)
+
     def instance(self, dtype: torch.dtype, **values: int) -> Instance:
         key = (id(self), dtype, *values.items())  # kernels live as long as the process
         found = _INSTANCES.get(key)  # every launch asks: keep it a dictionary lookup

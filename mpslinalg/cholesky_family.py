@@ -21,7 +21,7 @@ import torch
 
 from . import _checks, _dispatch, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import fits, groups_for, launch, pieces
+from .runtimes import batches, fits, groups_for, launch
 
 SIZES = (4, 8, 16, 32, 64)
 TEAMS = {4: 16, 8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
@@ -46,8 +46,13 @@ def _leaf_size(dtype: torch.dtype, device: torch.device) -> int:
     """The largest N of cholesky_small for dtype that the device can run: the
     recursion's leaves. (None running, the launch raises KernelUnavailable and the
     op is answered by torch.)"""
-    sizes = [N for N in reversed(SIZES) if CHOLESKY_SMALL.exists(dtype, N=N)]
-    return next((N for N in sizes if fits(CHOLESKY_SMALL, dtype, device, N=N)), sizes[0])
+    largest = None
+    for N in reversed(SIZES):  # largest first, lazily: every call asks
+        if CHOLESKY_SMALL.exists(dtype, N=N):
+            if fits(CHOLESKY_SMALL, dtype, device, N=N):
+                return N
+            largest = largest or N
+    return largest
 
 
 def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,9 +60,8 @@ def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
     count, n, _ = a.shape
     L = torch.empty_like(a)
     info = torch.empty(count, dtype=torch.int32, device=a.device)
-    for start, stop in pieces(count):
-        launch(CHOLESKY_SMALL, groups_for(stop - start, TEAMS[N]), a[start:stop], L[start:stop], info[start:stop], n,
-               stop - start, N=N)
+    for size, tensors in batches(count, a, L, info):
+        launch(CHOLESKY_SMALL, groups_for(size, TEAMS[N]), *tensors, n, size, N=N)
     return L, info
 
 

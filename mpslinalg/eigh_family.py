@@ -48,7 +48,7 @@ import torch
 
 from . import _checks, _dispatch, cholesky_family, svd_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import groups_for, launch, pieces
+from .runtimes import batches, groups_for, launch
 
 _ARGS = (Buffer("a", const=True), Buffer("w", "R"), Buffer("v"))
 _FLAGS = (Scalar("upper"), Scalar("vectors"), Scalar("count"))
@@ -101,13 +101,13 @@ def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     A = _checks.resolved(A)
     w = A.new_empty((count, n), dtype=A.real.dtype if A.is_complex() else A.dtype)
     V = torch.empty_like(A) if vectors else A.new_empty(1)
-    for start, stop in pieces(count):
-        head = (A[start:stop], w[start:stop], V[start:stop] if vectors else V)
-        flags = (int(upper), int(vectors), stop - start)
+    for matrices, (a, w_, v) in batches(count, A, w, V if vectors else A):
+        head = (a, w_, v if vectors else V)
+        flags = (int(upper), int(vectors), matrices)
         if n <= TINY_SIZES[-1]:
-            launch(EIGH_TINY, groups_for(stop - start, TINY_GROUP), *head, *flags, N=n)
+            launch(EIGH_TINY, groups_for(matrices, TINY_GROUP), *head, *flags, N=n)
         else:
-            launch(EIGH_PAIRS, groups_for(stop - start, _pair_group(size) // (size // 2)), *head, n, *flags, N=size)
+            launch(EIGH_PAIRS, groups_for(matrices, _pair_group(size) // (size // 2)), *head, n, *flags, N=size)
     return w, V
 
 

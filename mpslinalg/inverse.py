@@ -11,7 +11,7 @@ import torch
 
 from . import _checks, _dispatch, lu_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import groups_for, launch, pieces
+from .runtimes import batches, groups_for, launch
 
 SMALL = 4  # the largest n the fused kernels handle
 GROUP = 128  # matrices (= threads) per threadgroup
@@ -70,11 +70,8 @@ def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor
         return inverse, torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     info = torch.empty(a.shape[:-2], dtype=torch.int32, device=a.device)  # the kernel writes all
     flat_a, flat_inverse, flat_info = a.view(-1, n, n), inverse.view(-1, n, n), info.view(-1)
-    for start, stop in pieces(flat_info.numel()):
-        launch(
-            INVERSE_SMALL, groups_for(stop - start, GROUP),
-            flat_a[start:stop], flat_inverse[start:stop], flat_info[start:stop], stop - start, N=n,
-        )
+    for count, tensors in batches(flat_info.numel(), flat_a, flat_inverse, flat_info):
+        launch(INVERSE_SMALL, groups_for(count, GROUP), *tensors, count, N=n)
     if check_errors:
         _checks.raise_if_singular(check_errors, info, batched=a.dim() > 2)
     return inverse, info
@@ -96,8 +93,8 @@ def _det_small_body(A: torch.Tensor) -> torch.Tensor:
         return torch.ones(a.shape[:-2], dtype=a.dtype, device=a.device)
     det = torch.empty(a.shape[:-2], dtype=a.dtype, device=a.device)
     flat_a, flat_det = a.view(-1, n, n), det.view(-1)
-    for start, stop in pieces(flat_det.numel()):
-        launch(DET_SMALL, groups_for(stop - start, GROUP), flat_a[start:stop], flat_det[start:stop], stop - start, N=n)
+    for count, tensors in batches(flat_det.numel(), flat_a, flat_det):
+        launch(DET_SMALL, groups_for(count, GROUP), *tensors, count, N=n)
     return det
 
 

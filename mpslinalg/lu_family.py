@@ -27,7 +27,7 @@ import torch
 
 from . import _checks, _dispatch, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import fits, groups_for, launch, pieces
+from .runtimes import batches, fits, groups_for, launch
 
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
@@ -170,16 +170,12 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[to
         lu = flat.clone()
     elif size:
         lu = torch.empty_like(flat)
-        for start, stop in pieces(count):
-            launch(
-                LU_FACTOR_SMALL, groups_for(stop - start, TEAMS[size]),
-                flat[start:stop], lu[start:stop], pivots[start:stop], info[start:stop], m, n, stop - start, int(pivot),
-                N=size,
-            )
+        for matrices, tensors in batches(count, flat, lu, pivots, info):
+            launch(LU_FACTOR_SMALL, groups_for(matrices, TEAMS[size]), *tensors, m, n, matrices, int(pivot), N=size)
     else:
         lu = flat.clone()
-        for start, stop in pieces(count):
-            _factor_blocked(lu[start:stop], pivots[start:stop], info[start:stop], pivot)
+        for _, tensors in batches(count, lu, pivots, info):
+            _factor_blocked(*tensors, pivot)
     info = info.reshape(batch)
     if check_errors:
         _ERRORS[check_errors](check_errors, info)
@@ -258,12 +254,8 @@ def _permutation_body(pivots: torch.Tensor, m: int) -> torch.Tensor:
     flat = pivots.reshape(pivots.shape[:-1].numel(), k).contiguous()
     order = torch.empty(flat.shape[0], m, dtype=torch.int32, device=pivots.device)
     if order.numel():
-        for start, stop in pieces(flat.shape[0]):
-            count = stop - start
-            launch(
-                LU_PERMUTATION, groups_for(count, PERMUTATION_GROUP),
-                flat[start:stop], order[start:stop], m, k, count, GROUP=PERMUTATION_GROUP,
-            )
+        for count, tensors in batches(flat.shape[0], flat, order):
+            launch(LU_PERMUTATION, groups_for(count, PERMUTATION_GROUP), *tensors, m, k, count, GROUP=PERMUTATION_GROUP)
     return order.long().reshape(*batch, m)
 
 

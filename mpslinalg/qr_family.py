@@ -26,7 +26,7 @@ import torch
 
 from . import _checks, _dispatch, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import fits, groups_for, launch, pieces
+from .runtimes import batches, fits, groups_for, launch
 
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
@@ -112,11 +112,8 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if size:
         flat = a.reshape(count, m, n)
         packed = torch.empty_like(flat)
-        for start, stop in pieces(count):
-            launch(
-                GEQRF_SMALL, groups_for(stop - start, TEAMS[size]),
-                flat[start:stop], packed[start:stop], tau[start:stop], m, n, stop - start, N=size,
-            )
+        for matrices, tensors in batches(count, flat, packed, tau):
+            launch(GEQRF_SMALL, groups_for(matrices, TEAMS[size]), *tensors, m, n, matrices, N=size)
     else:
         packed = a.reshape(count, m, n).clone()
         _geqrf_blocked(packed, tau, group)
@@ -192,11 +189,8 @@ def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     if not size:
         return _householder_blocked(flat_a, flat_tau).reshape(a.shape)
     q = torch.empty(count, m, n, dtype=a.dtype, device=a.device)
-    for start, stop in pieces(count):
-        launch(
-            HOUSEHOLDER_SMALL, groups_for(stop - start, TEAMS[size]),
-            flat_a[start:stop], flat_tau[start:stop], q[start:stop], m, n, k, stop - start, N=size,
-        )
+    for matrices, tensors in batches(count, flat_a, flat_tau, q):
+        launch(HOUSEHOLDER_SMALL, groups_for(matrices, TEAMS[size]), *tensors, m, n, k, matrices, N=size)
     return q.reshape(a.shape)
 
 
@@ -294,12 +288,9 @@ def _qr_small(a: torch.Tensor, mode: str, size: int) -> tuple[torch.Tensor, torc
     R = a.new_empty((count, r_rows, n))
     if count and k:
         flat = a.reshape(count, m, n)
-        for start, stop in pieces(count):
-            launch(
-                QR_SMALL, groups_for(stop - start, TEAMS[size]),
-                flat[start:stop], Q[start:stop] if Q.numel() else Q, R[start:stop],
-                m, n, 0 if mode == "r" else q_columns, r_rows, stop - start, N=size,
-            )
+        for matrices, (a_, q, r) in batches(count, flat, Q if Q.numel() else flat, R):
+            launch(QR_SMALL, groups_for(matrices, TEAMS[size]), a_, q if Q.numel() else Q, r,
+                   m, n, 0 if mode == "r" else q_columns, r_rows, matrices, N=size)
     elif Q.numel():
         Q.copy_(torch.eye(m, q_columns, dtype=a.dtype, device=a.device))  # an m x 0 A's complete Q
     return (Q if mode == "r" else Q.reshape(*batch, m, q_columns)), R.reshape(*batch, r_rows, n)

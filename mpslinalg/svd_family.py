@@ -30,7 +30,7 @@ import torch
 
 from . import _checks, _dispatch, qr_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import fits, groups_for, launch, pieces
+from .runtimes import batches, fits, groups_for, launch
 
 TINY_SIZES = (1, 2, 3)
 TINY_GROUP = 64  # matrices per threadgroup
@@ -103,23 +103,20 @@ def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
     if n <= TINY_SIZES[-1]:
         u, w = torch.empty_like(X), torch.empty_like(X)
-        for start, stop in pieces(count):
-            launch(SVD_TINY, groups_for(stop - start, TINY_GROUP), X[start:stop], u[start:stop], s[start:stop],
-                   w[start:stop], stop - start, N=n)
+        for matrices, tensors in batches(count, X, u, s, w):
+            launch(SVD_TINY, groups_for(matrices, TINY_GROUP), *tensors, matrices, N=n)
         return u, s, w
     if (size := _pair_size(n, X.dtype)):
         u, w = torch.empty_like(X), torch.empty_like(X)
         per_group = PAIR_GROUP // (size // 2)
-        for start, stop in pieces(count):
-            launch(SVD_PAIRS, groups_for(stop - start, per_group), X[start:stop], u[start:stop], s[start:stop],
-                   w[start:stop], n, stop - start, N=size)
+        for matrices, tensors in batches(count, X, u, s, w):
+            launch(SVD_PAIRS, groups_for(matrices, per_group), *tensors, n, matrices, N=size)
         return u, s, w
     a = X.mT.contiguous()  # rows: X's columns
     u, w, v = torch.empty_like(a), torch.empty_like(a), torch.empty_like(a)
     norms = torch.empty_like(s)
-    for start, stop in pieces(count):
-        launch(SVD_JACOBI, stop - start, a[start:stop], v[start:stop], norms[start:stop], u[start:stop],
-               s[start:stop], w[start:stop], n, GROUP=_jacobi_group(n, X.dtype, X.device))
+    for matrices, tensors in batches(count, a, v, norms, u, s, w):
+        launch(SVD_JACOBI, matrices, *tensors, n, GROUP=_jacobi_group(n, X.dtype, X.device))
     return u.mT, s, w
 
 

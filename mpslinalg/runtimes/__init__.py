@@ -202,9 +202,13 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
     for scalars. The dtype of the first T buffer selects the instantiation (a kernel
     without one has a single dtype); ``values`` give its other parameters.
     """
-    device = dtype = None
+    # One pass of checks (every launch makes them): the first T buffer gives the dtype.
+    first = kernel.first_scalar_buffer
+    dtype = args[first].dtype if first is not None else kernel.dtypes[0]  # else a kernel on indices only
+    elements = {"T": dtype, "R": _REAL.get(dtype, dtype), "int": torch.int32}
+    device = None
     for arg, decl in zip(args, kernel.args):
-        if isinstance(decl, Scalar):
+        if decl.__class__ is Scalar:
             if not -(2**31) <= arg < 2**31:
                 raise OverflowError(f"{kernel.function}: {decl.name}={arg} does not fit in int32")
             continue
@@ -212,20 +216,14 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
             device = arg.device
         elif arg.device != device:
             raise RuntimeError(f"{kernel.function}: expected all tensors on {device}, found one on {arg.device}")
-        if dtype is None and decl.element == "T":
-            dtype = arg.dtype
         if not arg.is_contiguous() or arg.is_conj() or arg.is_neg():
             raise RuntimeError(f"{kernel.function}: kernel arguments must be contiguous and resolved")
-    runtime = for_device(device)
-    if dtype is None:  # a kernel on indices only: its one instantiation type
-        dtype = kernel.dtypes[0]
-    elif dtype not in runtime.dtypes:
-        raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
-    # A buffer of another element type would be read as this one (and written past its end).
-    elements = {"T": dtype, "R": _REAL.get(dtype, dtype), "int": torch.int32}
-    for arg, decl in zip(args, kernel.args):
-        if isinstance(decl, Buffer) and arg.dtype != elements[decl.element]:
+        # A buffer of another element type would be read as this one (and written past its end).
+        if arg.dtype != elements[decl.element]:
             raise TypeError(f"{kernel.function}: {decl.name} must be {elements[decl.element]}, got {arg.dtype}")
+    runtime = for_device(device)
+    if dtype not in runtime.dtypes and first is not None:
+        raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
     runtime.launch(kernel.instance(dtype, **values), groups, args, device)
 
 
@@ -248,6 +246,17 @@ def pieces(count: int):
     """(start, stop) of the pieces of a batch of ``count`` matrices, one launch each."""
     for start in range(0, count, LAUNCH_LIMIT):
         yield start, min(count, start + LAUNCH_LIMIT)
+
+
+def batches(count: int, *tensors: torch.Tensor):
+    """(matrices, the tensors' slices) of each launch over a batch of ``count``
+    matrices: ``tensors`` themselves where one launch takes the whole batch (a slice
+    costs host time on every call)."""
+    if count <= LAUNCH_LIMIT:
+        yield count, tensors
+        return
+    for start, stop in pieces(count):
+        yield stop - start, tuple(t[start:stop] for t in tensors)
 
 
 from .cuda import CudaRuntime  # noqa: E402
