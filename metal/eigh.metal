@@ -234,8 +234,12 @@ METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::
     bottom[r] = scaled(bottom[r], -e);
     nan_seen = nan_seen || isnan(abs2(top[r])) || isnan(abs2(bottom[r]));
   }
-  // fmax passes over NaN, so NaN is counted apart; the team agrees through a sum.
-  const bool usable = isfinite(largest) && lanes_sum<H>(R(nan_seen ? 1 : 0)) == R(0);
+  // fmax passes over NaN, so NaN is counted apart; the team agrees through a sum. The
+  // sum is taken by every lane: a shuffle behind && would run in the teams of finite
+  // matrices only, and a shuffle that some lanes skip is undefined (on the H200 it
+  // paired later shuffles wrongly: an infinite entry gave duplicate ranks).
+  const R nan_lanes = lanes_sum<H>(R(nan_seen ? 1 : 0));
+  const bool usable = isfinite(largest) && nan_lanes == R(0);
   const R tolerance = sqrt(R(n)) * unit_roundoff<R>();
   const int own = 2 * member;
   for (int sweep = 0; sweep < JACOBI_SWEEPS; ++sweep) {

@@ -138,8 +138,8 @@ def call(op, body, *args, function=None):
     record, no mode or tensor subclass: the custom op's dispatch costs about 30 us of
     host time a call); else through the op."""
     tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
-    if needs_forward_mode(*tensors):  # False while compiling
-        return function.apply(*args) if function is not None else op(*args)
+    if function is not None and needs_forward_mode(*tensors):
+        return function.apply(*args)
     if _plain(tensors):
         return body(*args)
     return op(*args)
@@ -212,10 +212,9 @@ def _laid_out(t: torch.Tensor, shape, stride) -> torch.Tensor:
     return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
-def _plain(tensors: list[torch.Tensor]) -> bool:
-    """Whether a call on ``tensors``, forward mode aside (``call`` looked), meets nothing
-    the dispatcher adds: not compiling, no mode, no tensor subclass, no gradient to record."""
-    if torch.compiler.is_compiling():
+def _plain(args) -> bool:
+    tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
+    if torch.compiler.is_compiling() or needs_forward_mode(*tensors):
         return False
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
         return False

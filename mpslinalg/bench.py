@@ -614,10 +614,11 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
                 _synchronize(device)
                 whole.append(time.perf_counter() - begin)
                 host.append(returned - begin)
-            results.append(Result("latency", f"{function} {case}", name, statistics.median(whole), 0,
-                                  host=statistics.median(host), kernels=_kernels_launched(device, call)))
-    if _progress is not None:
-        _progress.results += results
+            row = Result("latency", f"{function} {case}", name, statistics.median(whole), 0,
+                         host=statistics.median(host), kernels=_kernels_launched(device, call))
+            results.append(row)
+            if _progress is not None:  # kept row by row: a run stopped by its time limit writes them
+                _progress.results.append(row)
     return results
 
 
@@ -725,7 +726,8 @@ def comparisons(results: list[Result]) -> list[Comparison]:
     """Every mpslinalg row timed eagerly, with its graph replay and its baselines."""
     found = []
     for r in results:
-        if not r.implementation.startswith("mpslinalg.") or r.implementation.endswith(" (graph)"):
+        # Rows of one route of a function ("mpslinalg.eigh by the SVD") serve crossovers, not users.
+        if not r.implementation.startswith("mpslinalg.") or r.implementation.endswith(" (graph)") or " by the " in r.implementation:
             continue
         same = [o for o in results if (o.family, o.case) == (r.family, r.case)]
         graph = next((g for g in same if g.implementation == r.implementation + " (graph)"), None)
@@ -746,11 +748,15 @@ def _ratio(x: float | None) -> str:
 def performance_page(results: list[Result], header: str, peak: float | None, figures: str) -> str:
     """The users' performance page: the measured setting, the cases where torch.linalg is
     faster, and per family a plot and a table with the ratios first."""
-    setting = header.split("\n\n")[1].split(". Time per call")[0]
+    paragraphs = header.split("\n\n")
+    setting = paragraphs[1].split(". Time per call")[0]
+    runs = [p for p in paragraphs if p.startswith("Runs: ")]
     found = comparisons(results)
     lines = [
         "# Performance", "",
-        f"Measured with `python -m mpslinalg.bench` on {setting}.", "",
+        # A merged report's runs name each setting's families; else the one setting.
+        f"Measured with `python -m mpslinalg.bench`: {runs[0].removeprefix('Runs: ')}" if runs
+        else f"Measured with `python -m mpslinalg.bench` on {setting}.", "",
         "How to read the tables: **x torch** is torch.linalg's time divided by mpslinalg's for the same call "
         "on the same device in the same process, so above 1x mpslinalg is faster. *Eager* is one call as a "
         "training step makes it, host work included (the median of back-to-back calls); *GPU time* replays "
@@ -898,13 +904,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def merge(paths: list[str], markdown_path: str | None, json_path: str | None) -> int:
     """One report of runs that measured different families (each run's tables compare
-    rows of one process): the first run's header, and the others' where they differ."""
+    rows of one process): the first run's title and setting, and where the runs' settings
+    differ a paragraph "Runs:" of each setting's families."""
     runs, results = load(paths)
-    header = runs[0]["header"]
-    others = [run["header"].split("\n\n", 1)[-1] for run in runs[1:] if run["header"] != header]
-    if others:
-        families = [", ".join(dict.fromkeys(r["family"] for r in run["results"])) for run in runs]
-        header += f"\n\nFamilies measured in {len(runs)} runs ({'; '.join(families)}); the later runs: " + " ".join(others)
+    title, setting = runs[0]["header"].split("\n\n")[:2]
+    by_setting: dict[str, list[str]] = {}
+    for run in runs:
+        families = by_setting.setdefault(run["header"].split("\n\n")[1].split(". Time per call")[0], [])
+        families += [f for f in dict.fromkeys(r["family"] for r in run["results"]) if f not in families]
+    header = f"{title}\n\n{setting}"
+    if len(by_setting) > 1:
+        header += "\n\nRuns: " + "; ".join(f"{', '.join(families)} on {where}" for where, families in by_setting.items()) + "."
     write(results, header, runs[0].get("peak"), markdown_path, json_path)
     print(markdown(results, header, runs[0].get("peak")))
     return 0

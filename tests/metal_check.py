@@ -167,6 +167,7 @@ def forbidden_features(tu) -> list[tuple[int, str]]:
             visit(child, inner)
 
     visit(tu.cursor, None)
+    found += _shuffles_behind_short_circuits(tu)
     overloads: dict[str, set[str]] = {}  # name -> the USRs of its declarations (one per overload)
     for cursor in tu.cursor.walk_preorder():
         if cursor.kind in functions:
@@ -179,6 +180,35 @@ def forbidden_features(tu) -> list[tuple[int, str]]:
     for name in sorted(calls):
         if _reaches(calls, name, name):
             found.append((where[name], f"recursion through {name} (MSL has none)"))
+    return found
+
+
+# SIMD-group functions: every lane of the group (of the team, for lanes_*) must run them.
+SIMD_PREFIXES = ("simd_", "quad_", "lanes_")
+
+
+def _shuffles_behind_short_circuits(tu) -> list[tuple[int, str]]:
+    """(line, message) for a SIMD-group function in the right operand of && or ||: the
+    lanes whose left operand decides skip it, and a shuffle that some lanes of the
+    group skip is undefined (Metal's and CUDA's *_sync alike; on the H200 it paired
+    later shuffles wrongly). Take it into a variable first."""
+    import clang.cindex as ci
+
+    found = []
+    for cursor in tu.cursor.walk_preorder():
+        if cursor.kind != ci.CursorKind.BINARY_OPERATOR or not _in_source(cursor):
+            continue
+        children = list(cursor.get_children())
+        if len(children) != 2:
+            continue
+        left, right = children
+        operator = next((t.spelling for t in cursor.get_tokens() if t.extent.start.offset >= left.extent.end.offset), "")
+        if operator not in ("&&", "||"):
+            continue
+        called = {c.spelling for c in right.walk_preorder()
+                  if c.kind in (ci.CursorKind.CALL_EXPR, ci.CursorKind.DECL_REF_EXPR, ci.CursorKind.OVERLOADED_DECL_REF)}
+        if any(name.startswith(SIMD_PREFIXES) for name in called):
+            found.append((cursor.location.line, f"SIMD-group function behind {operator} (some lanes would skip it)"))
     return found
 
 

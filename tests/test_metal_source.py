@@ -104,6 +104,13 @@ PLANTED = {
         "threadgroup float scratch[4]; keep<float>(scratch, scratch);",
         "no matching function",
     ),
+    "SIMD-group function behind a short circuit": (
+        "template <int H> METAL_FUNC float team_sum(float x) { return lanes_sum<H>(x); }\n"
+        "template <int H> METAL_FUNC bool usable(float largest, bool seen) {\n"
+        "  return isfinite(largest) && lanes_sum<H>(seen ? 1.0f : 0.0f) == 0.0f;\n}\n",
+        "out[0] = usable<8>(out[1], out[2] > 0) ? 1 : 0;",
+        "SIMD-group function behind &&",
+    ),
     "threadgroup variable outside kernel scope": (
         "void helper(device float* out) { threadgroup float scratch[4]; scratch[0] = out[0]; }\n",
         "helper(out);",
