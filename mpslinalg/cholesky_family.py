@@ -1,12 +1,12 @@
 """Cholesky: ``cholesky``, ``cholesky_ex``, ``cholesky_solve``, ``cholesky_inverse``.
 
-Kernel (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2: ``cholesky_small``
-factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per matrix. Larger matrices are factored
-right-looking in steps of 64 columns, as LAPACK's spotrf (``_factor``): the diagonal
-block by the kernel, the panel by mpslinalg's triangular solve (kernel), the trailing
-update by ``baddbmm`` (where the work is). ``info`` is LAPACK's, computed on the
-device: the order of the first leading minor that is not positive definite (a pivot
-<= 0 or NaN).
+Kernel (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2: ``cholesky_small`` factors
+n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per matrix. Larger
+matrices are factored right-looking in steps of 64 columns, as LAPACK's spotrf
+(``_factor``): the diagonal block by the kernel, the panel by mpslinalg's triangular
+solve (kernel), the trailing update by ``baddbmm`` (where the work is). ``info`` is
+LAPACK's, computed on the device: the order of the first leading minor that is not
+positive definite (a pivot <= 0 or NaN).
 
 ``cholesky_solve`` solves with L and L^H (mpslinalg's triangular solves);
 ``cholesky_inverse`` is W^H W with W = L^-1 (``tril_inverse``).
@@ -73,9 +73,8 @@ def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
     part is dropped). A few launches a step: the recursion on halves (spotrf2) it
     replaces made thousands at n = 1024, whose host time bounded it."""
     count, n, _ = a.shape
-    N = next(N for N in SIZES if min(n, leaf) <= N)
     if n <= leaf:
-        return _factor_small(a, N)
+        return _factor_small(a, next(N for N in SIZES if n <= N))
     W = a.clone()
     failures = []  # each step's kernel info: the order within its block
     for k in range(0, n, leaf):
