@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from importlib import resources
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -205,11 +206,22 @@ def metal_file(name: str) -> str:
     return _inline(name, set())
 
 
+@cache
+def _metal_sources():
+    """The folder of the kernel sources: the installed ``mpslinalg.metal``, else (a source
+    checkout imported from its root, or an editable install made without setuptools'
+    finder, which maps the subpackage) ``metal/`` beside the package."""
+    try:
+        return resources.files("mpslinalg.metal")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "metal"
+
+
 def _inline(name: str, seen: set[str]) -> str:
     if name in seen:
         return ""
     seen.add(name)
-    text = resources.files("mpslinalg.metal").joinpath(name).read_text()
+    text = _metal_sources().joinpath(name).read_text()
     text = text.replace("#pragma once\n", "")
     return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text)
 

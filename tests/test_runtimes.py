@@ -490,3 +490,23 @@ def test_ptx_cache_writes_whole_files_and_leaves_no_partial_one(tmp_path, monkey
     assert target.read_bytes() == b"second" and [p.name for p in target.parent.iterdir()] == ["kernel.ptx"]
     monkeypatch.setenv("MPSLINALG_CACHE_DIR", str(tmp_path))
     assert cuda._cache_dir() == tmp_path / "cuda"
+
+
+def test_kernel_sources_found_without_the_metal_subpackage(monkeypatch):
+    """A checkout imported from its root (or an editable install made without setuptools'
+    finder) has no ``mpslinalg.metal``: the sources come from ``metal/`` beside the
+    package, not a failed compile on every kernel (which fell back to torch)."""
+    from mpslinalg import _kernel
+
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(_kernel.resources, "files", missing)
+    _kernel._metal_sources.cache_clear()
+    _kernel.metal_file.cache_clear()
+    try:
+        assert "eigh_pairs" in _kernel.metal_file("eigh.metal")
+    finally:
+        monkeypatch.undo()
+        _kernel._metal_sources.cache_clear()
+        _kernel.metal_file.cache_clear()
