@@ -34,8 +34,8 @@ LAUNCH = "mpslinalg launch"
 
 def work(device: torch.device, call) -> tuple[int, list[str]]:
     """(kernels, device ops) of one call of ``call``: mpslinalg's launches, and the names
-    of the leaf aten ops outside them that run on the device. Composite ops (clone, to, contiguous)
-    count through the copy_ they make."""
+    of the leaf aten ops outside them that run on the device (a composite op such as
+    clone counts through the copy_ it makes)."""
     runtime = runtimes.for_device(device)
     launch = runtime.launch
     kernels = 0
@@ -119,6 +119,5 @@ def test_work_per_call_within_budget(device, case):
     x = _inputs(device)
     call(x)  # compiles; the first call may build what later calls reuse
     got, names = work(device, lambda: call(x))
-    print(case, (got, len(names)))
     assert kernels is not None and got <= kernels and len(names) <= ops, (
         f"{case}: {got} kernels and {len(names)} device ops {sorted(names)} against a budget of {kernels} and {ops}")
