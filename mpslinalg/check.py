@@ -232,7 +232,7 @@ def _cholesky_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -
         for upper in (True, False):  # the lower factor last: the solves below take it
             L, seconds = _timed(device, lambda: LA.cholesky(A, upper=upper))
             yield Row("cholesky", name, shape + (" upper" if upper else ""), testing.cholesky_ratio(A, L, upper),
-                               testing.THRESHOLD, seconds, via)
+                      testing.THRESHOLD, seconds, via)
         A = L @ L.mH  # the matrix L stands for, as stored
         B = _normal(rng, (count, n, 8), dtype).to(device)
         X, seconds = _timed(device, lambda: LA.cholesky_solve(B, L))

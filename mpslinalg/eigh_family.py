@@ -100,9 +100,8 @@ def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
         return None
     A = _checks.resolved(A)
     w = A.new_empty((count, n), dtype=A.real.dtype if A.is_complex() else A.dtype)
-    V = torch.empty_like(A) if vectors else A.new_empty(1)
-    for matrices, (a, w_, v) in batches(count, A, w, V if vectors else A):
-        head = (a, w_, v if vectors else V)
+    V = torch.empty_like(A) if vectors else A.new_empty(0)  # the kernel writes no V then
+    for matrices, head in batches(count, A, w, V):
         flags = (int(upper), int(vectors), matrices)
         if n <= TINY_SIZES[-1]:
             launch(EIGH_TINY, groups_for(matrices, TINY_GROUP), *head, *flags, N=n)

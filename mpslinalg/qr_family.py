@@ -288,8 +288,8 @@ def _qr_small(a: torch.Tensor, mode: str, size: int) -> tuple[torch.Tensor, torc
     R = a.new_empty((count, r_rows, n))
     if count and k:
         flat = a.reshape(count, m, n)
-        for matrices, (a_, q, r) in batches(count, flat, Q if Q.numel() else flat, R):
-            launch(QR_SMALL, groups_for(matrices, TEAMS[size]), a_, q if Q.numel() else Q, r,
+        for matrices, tensors in batches(count, flat, Q, R):  # mode "r": Q empty, each piece's too
+            launch(QR_SMALL, groups_for(matrices, TEAMS[size]), *tensors,
                    m, n, 0 if mode == "r" else q_columns, r_rows, matrices, N=size)
     elif Q.numel():
         Q.copy_(torch.eye(m, q_columns, dtype=a.dtype, device=a.device))  # an m x 0 A's complete Q

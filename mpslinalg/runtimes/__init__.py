@@ -168,7 +168,7 @@ class Runtime:
     def instances(self) -> list[Instance]:
         """Every instance this runtime can launch: those of its dtypes, and those of
         kernels on indices only (no T buffer), whose one type every runtime has."""
-        return [i for k in KERNELS for i in k.all_instances() if i.scalar.dtype in self.dtypes or not _has_scalar_buffer(k)]
+        return [i for k in KERNELS for i in k.all_instances() if i.scalar.dtype in self.dtypes or k.first_scalar_buffer is None]
 
 
 def fits(kernel: Kernel, dtype: torch.dtype, device: torch.device, **values: int) -> bool:
@@ -225,10 +225,6 @@ def launch(kernel: Kernel, groups: int, *args, **values: int) -> None:
     if dtype not in runtime.dtypes and first is not None:
         raise TypeError(f"{kernel.function}: the {runtime.name} runtime has no {dtype} kernels")
     runtime.launch(kernel.instance(dtype, **values), groups, args, device)
-
-
-def _has_scalar_buffer(kernel: Kernel) -> bool:
-    return any(isinstance(a, Buffer) and a.element == "T" for a in kernel.args)
 
 
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
