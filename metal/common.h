@@ -216,6 +216,59 @@ METAL_FUNC R abs1(complex_t<R> z) {
   return fabs(z.re) + fabs(z.im);
 }
 
+// The largest |part| of x, for scaling: within a factor sqrt(2) of |x|.
+template <typename R>
+METAL_FUNC R largest_part(R x) {
+  return fabs(x);
+}
+
+template <typename R>
+METAL_FUNC R largest_part(complex_t<R> z) {
+  return fmax(fabs(z.re), fabs(z.im));
+}
+
+// x 2^k, exactly where the result is normal.
+template <typename R>
+METAL_FUNC R scaled(R x, int k) {
+  return ldexp(x, k);
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> scaled(complex_t<R> z, int k) {
+  return {ldexp(z.re, k), ldexp(z.im, k)};
+}
+
+// |x| (|z| for complex z, by hypot's scaling).
+template <typename R>
+METAL_FUNC R magnitude(R x) {
+  return fabs(x);
+}
+
+// |z| without squaring: the inner product of two columns near 1e-13 would
+// underflow as |re|^2 + |im|^2 in float32.
+template <typename R>
+METAL_FUNC R magnitude(complex_t<R> z) {
+  if (z.re == R(0) && z.im == R(0)) {
+    return R(0);
+  }
+  // fmax ignores a NaN part; the quotients below then carry it.
+  const R big = fmax(fabs(z.re), fabs(z.im));
+  const R re = z.re / big;
+  const R im = z.im / big;
+  return big * sqrt(fma(re, re, im * im));
+}
+
+// The unit-modulus factor of z != 0 (its sign for real z).
+template <typename R>
+METAL_FUNC R phase(R x, R abs_x) {
+  return x / abs_x;
+}
+
+template <typename R>
+METAL_FUNC complex_t<R> phase(complex_t<R> z, R abs_z) {
+  return {z.re / abs_z, z.im / abs_z};
+}
+
 // 1 / x without overflow: for |x| below the smallest normal float (LAPACK's
 // sfmin) the reciprocal would overflow, so callers divide instead.
 template <typename T>

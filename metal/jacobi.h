@@ -25,11 +25,6 @@ METAL_FUNC R abs2(complex_t<R> z) {
 }
 
 template <typename R>
-METAL_FUNC R magnitude(R x) {
-  return fabs(x);
-}
-
-template <typename R>
 METAL_FUNC complex_t<R> lanes_sum_of(complex_t<R> z) {
   return {lanes_sum<32>(z.re), lanes_sum<32>(z.im)};
 }
@@ -37,52 +32,6 @@ METAL_FUNC complex_t<R> lanes_sum_of(complex_t<R> z) {
 template <typename R>
 METAL_FUNC R lanes_sum_of(R x) {
   return lanes_sum<32>(x);
-}
-
-// The largest |part| of x, for scaling: within a factor sqrt(2) of |x|.
-template <typename R>
-METAL_FUNC R largest_part(R x) {
-  return fabs(x);
-}
-
-template <typename R>
-METAL_FUNC R largest_part(complex_t<R> z) {
-  return fmax(fabs(z.re), fabs(z.im));
-}
-
-// x 2^k, exactly where the result is normal.
-template <typename R>
-METAL_FUNC R scaled(R x, int k) {
-  return ldexp(x, k);
-}
-
-template <typename R>
-METAL_FUNC complex_t<R> scaled(complex_t<R> z, int k) {
-  return {ldexp(z.re, k), ldexp(z.im, k)};
-}
-
-// |z| without squaring: the inner product of two columns near 1e-13 would
-// underflow as |re|^2 + |im|^2 in float32.
-template <typename R>
-METAL_FUNC R magnitude(complex_t<R> z) {
-  const R big = fmax(fabs(z.re), fabs(z.im));
-  if (big == R(0)) {
-    return big;
-  }
-  const R re = z.re / big;
-  const R im = z.im / big;
-  return big * sqrt(fma(re, re, im * im));
-}
-
-// The unit-modulus factor of z != 0 (its sign for real z).
-template <typename R>
-METAL_FUNC R phase(R x, R abs_x) {
-  return x / abs_x;
-}
-
-template <typename R>
-METAL_FUNC complex_t<R> phase(complex_t<R> z, R abs_z) {
-  return {z.re / abs_z, z.im / abs_z};
 }
 
 // The rotation J = [[c, s g], [-s conj(g), c]], g = gamma / |gamma|, that zeroes

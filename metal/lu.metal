@@ -876,3 +876,46 @@ METAL_FUNC void lu_permutation(const device int* pivots, device int* permutation
     order[p] = swapped;
   }
 }
+
+// The determinant from sgetrf's factors, as LAPACK's callers form it (torch's
+// linalg_det and linalg_slogdet): the product of U's diagonal times (-1) to the
+// number of interchanges; one thread a matrix. In place of a dozen elementwise
+// launches, each a kernel on Metal.
+//   lu: count x n x n; pivots: count x n (1-based).
+//   logarithmic = 0: det into det_or_sign; logabs is not read or written.
+//   logarithmic = 1: into det_or_sign the sign (the product of u_jj / |u_jj|, a
+//   unit-modulus number; 0 if some u_jj is 0), into logabs the sum of log |u_jj|
+//   (-inf if some u_jj is 0; a NaN propagates to both).
+template <typename T, int GROUP>
+METAL_FUNC void lu_determinant(const device T* lu, const device int* pivots, device T* det_or_sign,
+                               device typename scalar_traits<T>::real* logabs, int n, int count, int logarithmic,
+                               thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const long matrix = long(pos.group_index) * GROUP + pos.thread_index;
+  if (matrix >= count) {
+    return;
+  }
+  const device T* a = lu + matrix * long(n) * n;
+  const device int* ipiv = pivots + matrix * n;
+  bool odd = false;
+  for (int j = 0; j < n; ++j) {
+    odd = odd != (ipiv[j] != j + 1);
+  }
+  T product = scalar_traits<T>::from_real(odd ? R(-1) : R(1));
+  R log_sum = R(0);
+  for (int j = 0; j < n; ++j) {
+    const T u = load(a + long(j) * (n + 1));
+    if (!logarithmic) {
+      product = product * u;
+      continue;
+    }
+    const R size = magnitude(u);
+    // An exact zero: sign 0 (torch's), log 0 = -inf.
+    product = product * (size == R(0) ? scalar_traits<T>::from_real(R(0)) : phase(u, size));
+    log_sum += log(size);
+  }
+  store(det_or_sign + matrix, product);
+  if (logarithmic) {
+    logabs[matrix] = log_sum;
+  }
+}

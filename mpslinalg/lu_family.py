@@ -135,6 +135,18 @@ LU_PERMUTATION = Kernel(
     dtypes=(torch.int32,),
 )
 
+LU_DETERMINANT = Kernel(
+    function="lu_determinant",
+    source="lu.metal",
+    args=(
+        Buffer("lu", const=True), Buffer("pivots", "int", const=True), Buffer("det_or_sign"), Buffer("logabs", "R"),
+        Scalar("n"), Scalar("count"), Scalar("logarithmic"),
+    ),
+    instances=({"GROUP": PERMUTATION_GROUP},),
+    group_size=PERMUTATION_GROUP,
+    template=lambda GROUP: (GROUP,),
+)
+
 
 def _small_size(m: int, n: int, dtype: torch.dtype) -> int:
     """The N of the lu_factor_small instance for m x n, or 0 if none applies."""
@@ -425,25 +437,22 @@ def _lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: boo
     return solve(LUh, solve(LUh, _rows(B.mT, order).mT, True, False, True), False, False, False)
 
 
-def _parity(pivots: torch.Tensor) -> torch.Tensor:
-    """(-1) ** (number of interchanges), as an integer tensor of pivots' batch shape."""
-    steps = torch.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype, device=pivots.device)
-    return 1 - 2 * ((pivots != steps).sum(-1) % 2)
-
-
-def _slogdet_from(LU: torch.Tensor, pivots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    diagonal = LU.diagonal(dim1=-2, dim2=-1)
-    magnitude = diagonal.abs()
-    divisor = torch.where(magnitude == 0, 1, magnitude)
-    # Part by part: a complex quotient by a subnormal magnitude squares it, to 0 (NaN phase).
-    quotient = torch.complex(diagonal.real / divisor, diagonal.imag / divisor) if LU.is_complex() else diagonal / divisor
-    phase = torch.where(magnitude == 0, 0, quotient)
-    sign = phase.prod(-1) * _parity(pivots).to(LU.dtype)
-    return sign, magnitude.log().sum(-1)
-
-
-def _det_from(LU: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
-    return LU.diagonal(dim1=-2, dim2=-1).prod(-1) * _parity(pivots).to(LU.dtype)
+def _determinant_from(LU: torch.Tensor, pivots: torch.Tensor, logarithmic: bool):
+    """det, or (sign, logabsdet), of the matrices P L U, from LU's diagonal and the
+    pivots' parity: one kernel launch (``lu_determinant``), not differentiable."""
+    *batch, n, _ = LU.shape
+    count = LU.shape[:-2].numel()
+    real = LU.real.dtype if LU.is_complex() else LU.dtype
+    flat = _checks.resolved(LU).reshape(count, n, n)
+    ipiv = pivots.reshape(count, n).to(torch.int32).contiguous()
+    # Made in their own shapes: an output that is a view trips forward mode's layout check.
+    det_or_sign = LU.new_empty(batch)
+    logabs = LU.new_empty(batch if logarithmic else (0,), dtype=real)  # det: an empty buffer
+    outputs = (det_or_sign.view(count), logabs.view(-1))
+    for matrices, tensors in batches(count, flat, ipiv, *outputs) if count else ():
+        launch(LU_DETERMINANT, groups_for(matrices, PERMUTATION_GROUP), *tensors, n, matrices, int(logarithmic),
+               GROUP=PERMUTATION_GROUP)
+    return (det_or_sign, logabs) if logarithmic else det_or_sign
 
 
 def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
@@ -740,6 +749,45 @@ def lu_inverse_ex(A: torch.Tensor, check_errors: str = "") -> tuple[torch.Tensor
     return _inverse_from(LU, pivots), info
 
 
+@_dispatch.answered_by(lambda A: tuple(_dispatch.TORCH.slogdet(A)))
+def _slogdet_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    LU, pivots, _ = _lu_factor_body(A, True, "")
+    return _determinant_from(LU, pivots, True)
+
+
+_slogdet_op = torch.library.custom_op("mpslinalg::slogdet", mutates_args=())(_slogdet_body)
+
+
+@_slogdet_op.register_fake
+def _(A):
+    real = A.real.dtype if A.is_complex() else A.dtype
+    return A.new_empty(A.shape[:-2]), A.new_empty(A.shape[:-2], dtype=real)
+
+
+@_slogdet_op.register_vmap
+def _(info, in_dims, A):
+    return torch.ops.mpslinalg.slogdet(A.movedim(in_dims[0], 0)), (0, 0)
+
+
+def _slogdet_setup(ctx, inputs, output):
+    _dispatch.save(ctx, inputs[0], output[0])
+
+
+def _slogdet_backward(ctx, g_sign, g_logabs):
+    """torch's slogdet_backward (linalg-contracts 2.4): (g_logabs - i Im(conj(g_sign)
+    sign)) A^-H; a real sign is piecewise constant, its gradient ignored."""
+    A, sign = ctx.saved_tensors
+    factor = torch.zeros_like(sign.real) if g_logabs is None else g_logabs
+    if A.is_complex():
+        factor = factor if g_sign is None else factor - 1j * (g_sign.conj() * sign).imag
+    inverse, _ = lu_inverse_ex(A)
+    return factor.to(A.dtype)[..., None, None] * inverse.mH
+
+
+_slogdet_op.register_autograd(_slogdet_backward, setup_context=_slogdet_setup)
+_Slogdet = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.slogdet, _slogdet_setup, _slogdet_backward)
+
+
 def slogdet(A: torch.Tensor, *, out=None):
     """The sign and the log of the absolute value of the determinant, like
     ``torch.linalg.slogdet``; from the LU's diagonal and pivots, on the device.
@@ -766,8 +814,8 @@ def slogdet(A: torch.Tensor, *, out=None):
     if A.shape[-1] == 0:  # det 1; made from A, so that autograd sees it as torch's (a zero gradient)
         zero = A.sum((-2, -1)) * 0
         return torch.return_types.linalg_slogdet(_checks.into_each(out, (zero + 1, zero.real)))
-    LU, pivots, _ = _lu_factor(A, True)
-    return torch.return_types.linalg_slogdet(_checks.into_each(out, _slogdet_from(LU, pivots)))
+    sign_logabs = _dispatch.call(torch.ops.mpslinalg.slogdet, _slogdet_body, A, function=_Slogdet)
+    return torch.return_types.linalg_slogdet(_checks.into_each(out, sign_logabs))
 
 
 def logdet(A: torch.Tensor) -> torch.Tensor:
