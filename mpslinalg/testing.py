@@ -291,3 +291,60 @@ def eigh_ratios(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor | None, upper:
     reference = np.array([scipy.linalg.eigvalsh(x) for x in a.reshape(-1, n, n)]).reshape(values.shape)
     error = float(np.max(np.abs(values - reference).max(-1) / scale))
     return residual, orthogonality, error
+
+
+def nonnormal_batch(shape: tuple, n: int, dtype: torch.dtype, rng, cond: float = 10.0, scale: float = 1.0) -> torch.Tensor:
+    """Non-normal matrices X D X^-1, X of condition number ``cond`` (slatms MODE 3) and D
+    normal random: diagonal for complex dtypes, for real ones 2 x 2 blocks
+    [[a, b], [-b, a]] (the pairs a +- ib) and a last real eigenvalue for odd n."""
+    count = int(np.prod(shape, dtype=np.int64))
+    complex_ = dtype.is_complex
+    mats = []
+    for _ in range(count):
+        x = latms(n, cond, 1.0, rng, complex_)
+        if complex_:
+            d = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+            mats.append((x * d) @ np.linalg.inv(x))
+            continue
+        blocks = np.zeros((n, n))
+        for i in range(0, n - 1, 2):
+            a, b = rng.standard_normal(2)
+            blocks[i:i + 2, i:i + 2] = [[a, b], [-b, a]]
+        if n % 2:
+            blocks[-1, -1] = rng.standard_normal()
+        mats.append(x @ blocks @ np.linalg.inv(x))
+    array = np.array(mats).reshape(*shape, n, n) if count else np.zeros((*shape, n, n))
+    return torch.from_numpy(array * scale).to(dtype)
+
+
+def eig_ratios(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor | None) -> tuple[float, float, float]:
+    """LAPACK's sget22 ratio, the eigenvectors' norms (cgeev's) and the eigenvalues'
+    error, the largest over the batch: ||A V - V diag(w)||_1 / (n ||A||_1 ||V||_1 eps),
+    max |(||v_j||_2 - 1)| / (n eps), and max |w_j - w_ref| / (n ||A||_1 eps cond(w_ref))
+    against SciPy's eig on A as stored, each computed eigenvalue paired with one of
+    SciPy's (an assignment by distance), cond(w) = 1 / |y^H x| of its unit left and
+    right eigenvectors (the first-order bound on its error). Without V, the first two
+    are 0."""
+    from scipy.optimize import linear_sum_assignment
+
+    a, values = exact(A).astype(np.complex128), exact(w).astype(np.complex128)
+    n = a.shape[-1]
+    if a.size == 0 or n == 0:
+        return 0.0, 0.0, 0.0
+    e = eps(A.dtype)
+    a, values = a.reshape(-1, n, n), values.reshape(-1, n)
+    norms = np.maximum(norm1(a), np.finfo(float).tiny)
+    residual = normalisation = 0.0
+    if V is not None:
+        v = exact(V).astype(np.complex128).reshape(-1, n, n)
+        scale = n * norms * np.maximum(norm1(v), np.finfo(float).tiny) * e
+        residual = float(np.max(norm1(a @ v - v * values[:, None, :]) / scale))
+        normalisation = float(np.max(np.abs(np.linalg.norm(v, axis=-2) - 1)) / (n * e))
+    error = 0.0
+    for matrix, computed, norm in zip(a, values, norms):
+        reference, left, right = scipy.linalg.eig(matrix, left=True, right=True)
+        condition = 1 / np.maximum(np.abs(np.sum(left.conj() * right, axis=0)), np.finfo(float).tiny)
+        distance = np.abs(computed[:, None] - reference[None, :])
+        rows, columns = linear_sum_assignment(distance)
+        error = max(error, float(np.max(distance[rows, columns] / (n * norm * e * condition[columns]))))
+    return residual, normalisation, error
