@@ -5,6 +5,11 @@ The same kernels run on CUDA (NVRTC) and, for tests, on the CPU (OpenCL).
 
 from ._dispatch import backends, use_backend
 from .cholesky_family import cholesky, cholesky_ex, cholesky_inverse, cholesky_solve
+from .composite import (
+    cond, cross, diagonal, ldl_factor, ldl_factor_ex, ldl_solve, matmul, matrix_norm, matrix_power, matrix_sqrth,
+    multi_dot, norm, polar, tensorinv, tensorsolve, vander, vecdot, vector_norm,
+)
+from .eig_family import eig, eigvals
 from .eigh_family import eigh, eigvalsh
 from .inverse import det, inv, inv_ex
 from .lu_family import logdet, lu, lu_factor, lu_factor_ex, lu_solve, slogdet, solve, solve_ex
@@ -13,8 +18,11 @@ from .svd_family import lstsq, matrix_rank, pinv, svd, svdvals
 from .triangular import solve_tril, solve_triangular, tril_inverse
 
 __all__ = [
-    "backends", "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "det", "eigh", "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "logdet", "lu", "lu_factor",
-    "lu_factor_ex", "lu_solve", "lstsq", "matrix_rank", "ormqr", "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_tril",
-    "solve_triangular", "svd", "svdvals", "tril_inverse", "use_backend",
+    "backends", "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "cond", "cross", "det", "diagonal",
+    "eig", "eigh", "eigvals", "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex", "ldl_solve",
+    "logdet", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "lstsq", "matmul", "matrix_norm", "matrix_power",
+    "matrix_rank", "matrix_sqrth", "multi_dot", "norm", "ormqr", "pinv", "polar", "qr", "slogdet", "solve",
+    "solve_ex", "solve_tril", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "tril_inverse",
+    "use_backend", "vander", "vecdot", "vector_norm",
 ]
 __version__ = "0.1.0"

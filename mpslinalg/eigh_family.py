@@ -317,6 +317,8 @@ def _with_diagonal(M: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 
 def _eigh_vjp(w, V, gw, gV, check_phase=True):
     """torch's linalg_eig_backward for Hermitian A: V (skew(V^H gV) / E + diag(gw)) V^H."""
+    if gw is None and gV is None:
+        return None  # no output reaches the loss (gradients are not materialised)
     if gV is None:
         return (V * gw.to(V.dtype).unsqueeze(-2)) @ V.mH
     VhgV = V.mH @ gV
@@ -344,6 +346,7 @@ def _eigh_jvp(w, V, dA):
 
 
 def _eigh_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # an unused output's gradient is None (see svd_family._svd_setup)
     _dispatch.save(ctx, *output)
 
 

@@ -193,6 +193,8 @@ def _skew(M: torch.Tensor) -> torch.Tensor:
 def _svd_vjp(U, S, Vh, gU, gS, gVh, check_phase=True):
     """torch's svd_backward on the thin factors (linalg-contracts 2.7); ``check_phase``:
     its error for a loss that depends on the singular vectors' complex phases."""
+    if gU is None and gS is None and gVh is None:
+        return None  # no output reaches the loss (gradients are not materialised)
     m, n = U.shape[-2], Vh.shape[-1]
     k = S.shape[-1]
     U, Vh = U[..., :k], Vh[..., :k, :]
@@ -237,6 +239,10 @@ def _svd_vjp(U, S, Vh, gU, gS, gVh, check_phase=True):
 
 
 def _svd_setup(ctx, inputs, output):
+    # Outputs a loss does not use reach the backward as None, not zeros: svdvals' and
+    # S-only losses take the formula's U diag(gS) Vh, finite where singular values
+    # repeat (zeros would divide 0 by their zero gaps, NaN).
+    ctx.set_materialize_grads(False)
     _dispatch.save(ctx, *output)
 
 

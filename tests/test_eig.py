@@ -200,3 +200,13 @@ def test_phase_dependent_loss_raises_as_torch(device):
     w, V = eig(A)
     with pytest.raises(RuntimeError, match="specified up to multiplication by e\\^\\{i phi\\}"):
         V.real.sum().backward()
+
+
+@pytest.mark.parametrize("A", [torch.eye(3, dtype=torch.float64), torch.zeros(3, 3, dtype=torch.float64)], ids=["identity", "zero"])
+def test_eigenvalue_only_loss_at_repeated_eigenvalues_has_torch_gradient(device, A):
+    # The eigenvectors' cotangent is None, not zeros over zero gaps (NaN before).
+    for function, reference in ((lambda X: eigvals(X).real.sum(), lambda X: torch.linalg.eigvals(X).real.sum()),
+                                (lambda X: eig(X)[0].real.sum(), lambda X: torch.linalg.eig(X)[0].real.sum())):
+        X = A.to(device).requires_grad_()
+        Y = A.clone().requires_grad_()
+        torch.testing.assert_close(torch.autograd.grad(function(X), X)[0].cpu(), torch.autograd.grad(reference(Y), Y)[0])

@@ -271,3 +271,13 @@ def test_compiles_without_graph_breaks(device, monkeypatch):
     y.backward()
     torch.testing.assert_close(y, f(A))
     assert "eigh_pairs" in launched, "the compiled graph runs the kernels"
+
+
+@pytest.mark.parametrize("A", [torch.eye(3, dtype=torch.float64), torch.zeros(3, 3, dtype=torch.float64)], ids=["identity", "zero"])
+def test_eigvalsh_gradient_at_repeated_eigenvalues_is_torch(device, A):
+    # The eigenvectors' cotangent is None, not zeros over zero gaps (NaN before).
+    X = A.to(device).requires_grad_()
+    Y = A.clone().requires_grad_()
+    expected = torch.autograd.grad(torch.linalg.eigvalsh(Y).sum(), Y)[0]
+    torch.testing.assert_close(torch.autograd.grad(LA.eigvalsh(X).sum(), X)[0].cpu(), expected)
+    torch.testing.assert_close(torch.autograd.grad(LA.eigh(X)[0].sum(), X)[0].cpu(), expected)

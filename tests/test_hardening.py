@@ -61,11 +61,36 @@ CALLS = {
     "cholesky_inverse": lambda A, B: LA.cholesky_inverse(A.tril()),
     "eigh": lambda A, B: (lambda w, V: w.unsqueeze(-1) + V.abs())(*LA.eigh(A + A.mT)),
     "eigvalsh": lambda A, B: LA.eigvalsh(A + A.mT),
+    # The eigenvectors' phases are free: |V|, as torch's OpInfo differentiates.
+    "eig": lambda A, B: (lambda w, V: w.abs().unsqueeze(-1) + V.abs())(*LA.eig(A)),
+    "eigvals": lambda A, B: LA.eigvals(A).abs(),
     # four chunks of 16 (A's strictly lower part, padded) in the [B, T, H, BT] layout
     "solve_tril": lambda A, B: LA.solve_tril(0.1 * torch.nn.functional.pad(A.tril(-1), (0, 11, 0, 11)).reshape(1, 64, 1, 16)),
+    # composite.py: on svdvals, inv, solve, eigh and svd, or torch's own
+    "cond": lambda A, B: LA.cond(A),
+    "matrix_norm": lambda A, B: LA.matrix_norm(A, 2),
+    "norm": lambda A, B: LA.norm(A, "nuc", dim=(-2, -1)),
+    "matrix_power": lambda A, B: LA.matrix_power(A, -2),
+    "tensorsolve": lambda A, B: LA.tensorsolve(A[0].reshape(5, 5, 1), B[0, :, 0]),
+    "tensorinv": lambda A, B: LA.tensorinv(A[0].reshape(5, 5, 1), ind=1),
+    "matrix_sqrth": lambda A, B: LA.matrix_sqrth(A @ A.mT),
+    "polar": lambda A, B: (lambda U, H: U + H)(*LA.polar(A)),
+    "vector_norm": lambda A, B: LA.vector_norm(A, dim=-1),
+    "cross": lambda A, B: LA.cross(A[..., :3], A[..., 1:4]),
+    "multi_dot": lambda A, B: LA.multi_dot([A[0], A[1], B[0]]),
+    "vecdot": lambda A, B: LA.vecdot(A, B[..., :1]),
+    "vander": lambda A, B: LA.vander(A[..., 0]),
+    "diagonal": lambda A, B: LA.diagonal(A),
+    "matmul": lambda A, B: LA.matmul(A, B),
+    "ldl_factor": lambda A, B: LA.ldl_factor(A @ A.mT).LD,
+    "ldl_factor_ex": lambda A, B: LA.ldl_factor_ex(A @ A.mT).LD,
+    "ldl_solve": lambda A, B: LA.ldl_solve(*LA.ldl_factor(A @ A.mT), B),
 }
-NOT_DIFFERENTIABLE = {"lu_factor_ex", "matrix_rank", "geqrf"}  # as in torch
-SYNCHRONISING = {"inv", "solve", "lu_factor", "logdet", "lu_solve", "matrix_rank", "cholesky"}  # check for singular input, or host values
+NOT_DIFFERENTIABLE = {"lu_factor_ex", "matrix_rank", "geqrf", "ldl_factor", "ldl_factor_ex", "ldl_solve"}  # as in torch
+SYNCHRONISING = {  # check for singular input, or host values
+    "inv", "solve", "lu_factor", "logdet", "lu_solve", "matrix_rank", "cholesky", "matrix_power", "tensorsolve",
+    "tensorinv", "ldl_factor", "ldl_solve",
+}
 
 
 def test_every_public_function_is_in_the_table():

@@ -91,6 +91,8 @@ BUDGETS = {
     "svd": (lambda x: LA.svd(x["M"]), 1, 0),
     "eigh": (lambda x: LA.eigh(x["H"]), 1, 0),
     "eigvalsh": (lambda x: LA.eigvalsh(x["H"]), 1, 0),
+    "eig": (lambda x: LA.eig(x["M"]), 1, 1),  # the copy into the kernel's complex workspace
+    "eigvals": (lambda x: LA.eigvals(x["M"]), 1, 1),
     "cholesky_ex": (lambda x: LA.cholesky_ex(x["P"]), 1, 0),
     "lu_factor_ex complex": (lambda x: LA.lu_factor_ex(x["C"]), 1, 0),
     "lstsq": (lambda x: LA.lstsq(x["tall"], x["tall"][..., :2]), 4, 69),

@@ -19,11 +19,13 @@ the same values whose derivative torch gets right, and torch's asserted to diffe
 """
 
 import importlib.util
+import math
 import os
 import re
 from unittest import mock
 
 import numpy as np
+import scipy.linalg
 import pytest
 import torch
 from torch.autograd import forward_ad
@@ -34,6 +36,7 @@ from mpslinalg.testing import (
     THRESHOLD,
     cholesky_ratio,
     det_ratio,
+    eig_ratios,
     eigh_ratios,
     eps,
     exact,
@@ -79,30 +82,70 @@ WITHOUT_OPINFO = {
     "tril_inverse": "torch has no triangular inverse (torch.linalg.inv takes any matrix)",
 }
 OURS = {opinfo_name(name): name for name in LA.__all__ if name not in WITHOUT_OPINFO}
-OPS = [op for op in op_db if op.name in OURS]
+
+
+def described_as(op) -> str | None:
+    """The name in OURS that the OpInfo describes: its own, or an alias's (torch.linalg.matmul
+    is described by the OpInfo of torch.matmul, whose alias it is)."""
+    return next((name for name in (op.name, *(alias.name for alias in op.aliases)) if name in OURS), None)
+
+
+OPS = [op for op in op_db if described_as(op)]
 
 
 def test_every_exported_function_with_an_opinfo_is_run():
     """Each export is run through every OpInfo of its torch namesake, or listed with the
-    reason it has none; an OpInfo either calls the namesake itself or is a variant whose
-    lambda calls it (run with mpslinalg's function in its place)."""
+    reason it has none; an OpInfo either calls the namesake itself (or the function it
+    is an alias of) or is a variant whose lambda calls it (run with mpslinalg's function
+    in its place)."""
     assert set(WITHOUT_OPINFO) <= set(LA.__all__)
-    assert {op.name for op in OPS} == set(OURS), set(OURS) - {op.name for op in OPS}
+    assert {described_as(op) for op in OPS} == set(OURS), set(OURS) - {described_as(op) for op in OPS}
     names = {op.name for op in op_db} | {alias.name for op in op_db for alias in op.aliases}
     assert not {opinfo_name(name) for name in WITHOUT_OPINFO} & names
     for op in OPS:
-        module, attribute = torch_namesake(OURS[op.name])
-        assert op.op is getattr(module, attribute) or op.op.__name__ == "<lambda>", op.name
+        module, attribute = torch_namesake(OURS[described_as(op)])
+        aliased = described_as(op) != op.name
+        assert op.op is getattr(module, attribute) or aliased or op.op.__name__ == "<lambda>", op.name
+
+
+def in_lapack_order(function, vectors: bool):
+    """``function`` (eig or eigvals) with its eigenvalues (and eigenvectors) permuted into
+    the order of torch's (LAPACK's) on the same input: the kernel's order is its QR
+    iteration's, and torch promises none; each of ours paired with the nearest of
+    torch's by an assignment. A constant permutation: derivatives pass through it."""
+    from scipy.optimize import linear_sum_assignment
+
+    def reordered(A, *args, **kwargs):
+        result = function(A, *args, **kwargs)
+        w = result[0] if vectors else result
+        if w.numel() == 0:
+            return result
+        reference = torch.linalg.eigvals(A.detach().cpu()).to(torch.complex128)
+        n = w.shape[-1]
+        flat_w, flat_ref = w.detach().cpu().to(torch.complex128).reshape(-1, n), reference.reshape(-1, n)
+        order = torch.empty(flat_w.shape, dtype=torch.long)
+        for i in range(flat_w.shape[0]):
+            distance = (flat_ref[i].unsqueeze(-1) - flat_w[i].unsqueeze(-2)).abs().nan_to_num(float("inf"), float("inf"))
+            order[i] = torch.as_tensor(linear_sum_assignment(distance.clamp_max(1e300).numpy())[1])
+        order = order.reshape(w.shape).to(w.device)
+        if not vectors:
+            return w.gather(-1, order)
+        V = result[1]
+        return torch.return_types.linalg_eig((w.gather(-1, order), V.gather(-1, order.unsqueeze(-2).expand_as(V))))
+
+    return reordered
 
 
 def ours(op):
     """mpslinalg's function for ``op``; for a variant, its lambda calling mpslinalg's
     function where it calls torch's (linalg.pinv's 'singular', linalg.lstsq's
-    'grad_oriented')."""
-    name = OURS[op.name]
+    'grad_oriented'); eig and eigvals in LAPACK's order (``in_lapack_order``)."""
+    name = OURS[described_as(op)]
     module, attribute = torch_namesake(name)
     function = getattr(LA, name)
-    if op.op is getattr(module, attribute):
+    if name in ("eig", "eigvals"):
+        return in_lapack_order(function, name == "eig")
+    if op.op is getattr(module, attribute) or described_as(op) != op.name:  # or an alias of it
         return function
 
     def variant(*args, **kwargs):
@@ -279,8 +322,99 @@ def eigenvector_condition(A: torch.Tensor) -> float:
         return float(np.max(np.abs(w).max(-1) / np.diff(w, axis=-1).min(-1)))
 
 
+def general_eigen_condition(A: torch.Tensor, vectors: bool) -> float:
+    """The eigenvalues' condition numbers 1 / |y^H x| (unit left and right eigenvectors),
+    the largest over the batch; with ``vectors``, times ||A||_2 over the smallest gap
+    between eigenvalues, which magnifies an error in an eigenvector (and eig's
+    derivatives)."""
+    a = exact(A).astype(np.complex128).reshape(A.shape[:-2].numel(), *A.shape[-2:])
+    if a.size == 0:
+        return 1.0
+    worst = 1.0
+    for matrix in a:
+        w, left, right = scipy.linalg.eig(matrix, left=True, right=True)
+        with np.errstate(divide="ignore"):
+            condition = float(np.max(1 / np.abs(np.sum(left.conj() * right, axis=0))))
+            if vectors and len(w) > 1:
+                gaps = np.abs(w[:, None] - w[None, :]) + np.diag(np.full(len(w), np.inf))
+                condition *= np.linalg.norm(matrix, 2) / gaps.min()
+        worst = max(worst, condition)
+    return worst
+
+
 def shape_size(A: torch.Tensor) -> int:
     return max(*A.shape[-2:], 1)
+
+
+def matrices_in(A: torch.Tensor, dim) -> torch.Tensor:
+    """A's matrices over the two dims ``dim`` (a matrix norm's), batched over the rest."""
+    return A.detach().movedim(tuple(dim), (-2, -1))
+
+
+def norm_arguments(s, names, defaults) -> list:
+    """The sample's arguments ``names`` (positional after the input, or keywords)."""
+    return [s.args[i] if i < len(s.args) else s.kwargs.get(name, default) for i, (name, default) in enumerate(zip(names, defaults))]
+
+
+def matrix_norm_conditioning(A: torch.Tensor, ord, dim) -> tuple:
+    """The singular-value norms are mpslinalg's: sigma_max and the nuclear norm move by
+    at most ||dA||_2 (Weyl), sigma_min by as much, relative to it kappa times more.
+    The other orders are torch's own code: the same result exactly."""
+    if ord not in (2, -2, "nuc") or A.numel() == 0:
+        return forwarded(None)
+    X = matrices_in(A, dim)
+    if ord != -2 or not X.any():  # a zero matrix's singular values are exactly 0 (its kappa 0 / 0)
+        return shape_size(X), 1.0
+    return shape_size(X), kappa(X)
+
+
+def matrix_norm_derivative_conditioning(A: torch.Tensor, ord, dim) -> tuple:
+    """Where the singular-value norms' derivatives come from mpslinalg: the gaps of the
+    singular values (the nuclear norm's is U V^H, the polar factor, moved by kappa)."""
+    if ord not in (2, -2, "nuc") or A.numel() == 0:
+        return forwarded(None)
+    X = matrices_in(A, dim)
+    if not X.any():  # zero matrices: U V^H of the exact SVD, both
+        return shape_size(X), 1.0
+    return shape_size(X), kappa(X) if ord == "nuc" else vector_condition(X)
+
+
+def norm_conditioning(s, conditioning=matrix_norm_conditioning) -> tuple:
+    """linalg.norm's: a matrix norm where dim is a 2-tuple, or None with ord given and a
+    2-D input (``conditioning``'s); else a vector norm, torch's own code."""
+    ord, dim = norm_arguments(s, ("ord", "dim"), (None, None))
+    matrix = ord is not None and (s.input.dim() == 2 if dim is None else not isinstance(dim, int) and len(dim) == 2)
+    return conditioning(s.input, ord, (0, 1) if dim is None else dim) if matrix else forwarded(None)
+
+
+def matrix_power_conditioning(A: torch.Tensor, n: int) -> tuple:
+    """A^-k from mpslinalg's inverse: |k| products of a result within kappa eps of A^-1.
+    Non-negative powers are torch's own code."""
+    return (shape_size(A) * -n, kappa(A)) if n < 0 else forwarded(None)
+
+
+def tensorsolve_matrix(s) -> torch.Tensor:
+    """The square matrix tensorsolve solves with (after moving ``dims`` to the end)."""
+    A, B = s.input.detach(), s.args[0]
+    dims = s.kwargs.get("dims")
+    if dims is not None:
+        A = A.movedim(dims, tuple(range(A.dim() - len(dims), A.dim())))
+    return A.reshape(B.numel(), -1)
+
+
+def tensorinv_matrix(s) -> torch.Tensor:
+    ind = s.kwargs.get("ind", 2)
+    return s.input.detach().reshape(math.prod(s.input.shape[:ind]), -1)
+
+
+# mpslinalg's functions that are torch's own (elementwise work, matrix products, the LDL
+# factorization that has no kernel yet): their results and derivatives are torch's exactly.
+FORWARDED = ("linalg.vector_norm", "linalg.cross", "linalg.multi_dot", "linalg.vecdot", "linalg.vander",
+             "linalg.diagonal", "matmul", "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve")
+
+
+def forwarded(s) -> tuple:
+    return 1, 0.0
 
 
 # OpInfo name (with variant) -> (size, condition) of a sample: two backward-stable results,
@@ -318,10 +452,24 @@ CONDITIONING = {
     "linalg.lstsq.grad_oriented": lambda s: (shape_size(s.input), lstsq_condition(s.input, s.args[0])),
     "linalg.eigh": lambda s: (shape_size(s.input), eigenvector_condition(hermitian_read(s))),
     "linalg.eigvalsh": lambda s: (shape_size(s.input), eigenvector_condition(hermitian_read(s))),
+    "linalg.eig": lambda s: (shape_size(s.input), general_eigen_condition(s.input, vectors=True)),
+    "linalg.eigvals": lambda s: (shape_size(s.input), general_eigen_condition(s.input, vectors=False)),
     "linalg.cholesky": lambda s: (shape_size(s.input), kappa(s.input)),
     "linalg.cholesky_ex": lambda s: (shape_size(s.input), kappa(s.input)),
     "cholesky_solve": lambda s: (shape_size(s.args[0]), kappa(s.args[0]) ** 2),
     "cholesky_inverse": lambda s: (shape_size(s.input), kappa(s.input) ** 2),
+    # composite.py. The 2-norm condition number: the relative error of sigma_min.
+    "linalg.cond": lambda s: (shape_size(s.input), kappa(s.input)),
+    "linalg.matrix_norm": lambda s: matrix_norm_conditioning(s.input, *norm_arguments(s, ("ord", "dim"), ("fro", (-2, -1)))),
+    "linalg.norm": lambda s: norm_conditioning(s),
+    "linalg.norm.subgradients_at_zero": lambda s: norm_conditioning(s),
+    "linalg.matrix_power": lambda s: matrix_power_conditioning(s.input, s.args[0]),
+    "linalg.tensorsolve": lambda s: (shape_size(tensorsolve_matrix(s)), kappa(tensorsolve_matrix(s))),
+    "linalg.tensorinv": lambda s: (shape_size(tensorinv_matrix(s)), kappa(tensorinv_matrix(s))),
+    # ||dX|| <= ||dA|| / (2 sqrt(lambda_min)): relative to ||X||, eps sqrt(kappa) / 2.
+    "linalg.matrix_sqrth": lambda s: (shape_size(s.input), kappa(s.input) ** 0.5),
+    "linalg.polar": lambda s: (shape_size(s.input), kappa(s.input)),
+    **{name: forwarded for name in FORWARDED},
 }
 
 
@@ -330,6 +478,13 @@ CONDITIONING = {
 DERIVATIVE_CONDITIONING = {
     "linalg.householder_product": lambda s: (
         shape_size(s.input) * max(s.args[0].shape[-1], 1), reflector_growth(s.input, s.args[0])),
+    # The derivative of sigma_max or sigma_min is u v^H, its singular vectors': moved by
+    # sigma_max over their gap as the SVD's. cond's is sigma_1 / sigma_n's: those vectors'
+    # over sigma_n, a kappa more.
+    "linalg.matrix_norm": lambda s: matrix_norm_derivative_conditioning(s.input, *norm_arguments(s, ("ord", "dim"), ("fro", (-2, -1)))),
+    "linalg.norm": lambda s: norm_conditioning(s, matrix_norm_derivative_conditioning),
+    "linalg.norm.subgradients_at_zero": lambda s: norm_conditioning(s, matrix_norm_derivative_conditioning),
+    "linalg.cond": lambda s: (shape_size(s.input), kappa(s.input) * vector_condition(s.input)),
 }
 
 
@@ -420,12 +575,14 @@ RATIOS = {
     "linalg.cholesky_ex": lambda s, r: [cholesky_ratio(s.input.detach(), r[0].detach(), s.kwargs.get("upper", False))],
     "linalg.eigh": lambda s, r: list(eigh_ratios(s.input.detach(), r[0].detach(), r[1].detach(), s.kwargs.get("UPLO", "L").upper() == "U")),
     "linalg.eigvalsh": lambda s, r: list(eigh_ratios(s.input.detach(), r[0].detach(), None, s.kwargs.get("UPLO", "L").upper() == "U")),
+    "linalg.eig": lambda s, r: list(eig_ratios(s.input.detach(), r[0].detach(), r[1].detach())),
+    "linalg.eigvals": lambda s, r: list(eig_ratios(s.input.detach(), r[0].detach(), None)),
 }
 # Outputs that are not unique, compared through the functions of them that the OpInfo
 # differentiates (and through LAPACK's ratios) rather than directly: the singular vectors
 # (a phase per pair; U's columns past min(m, n) span a fixed space only) and the
 # eigenvectors (a phase each). OpInfo id -> the output that is unique, compared directly.
-NOT_UNIQUE = {"linalg.svd": 1, "linalg.eigh": 0}
+NOT_UNIQUE = {"linalg.svd": 1, "linalg.eigh": 0, "linalg.eig": 0}
 
 
 def check_forward(op, sample, dtype, got, expected):

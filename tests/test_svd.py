@@ -411,3 +411,13 @@ def test_compiles_without_graph_breaks(device, monkeypatch):
     y.backward()
     torch.testing.assert_close(y, f(A))
     assert "svd_pairs" in launched, "the compiled graph runs the kernels"
+
+
+@pytest.mark.parametrize("A", [torch.eye(3, dtype=torch.float64), torch.zeros(3, 3, dtype=torch.float64)], ids=["identity", "zero"])
+def test_svdvals_gradient_at_repeated_singular_values_is_torch(device, A):
+    # The singular vectors' cotangents are None, not zeros over zero gaps (NaN before).
+    X = A.to(device).requires_grad_()
+    Y = A.clone().requires_grad_()
+    expected = torch.autograd.grad(torch.linalg.svdvals(Y).sum(), Y)[0]
+    torch.testing.assert_close(torch.autograd.grad(LA.svdvals(X).sum(), X)[0].cpu(), expected)
+    torch.testing.assert_close(torch.autograd.grad(LA.svd(X)[1].sum(), X)[0].cpu(), expected)
