@@ -8,7 +8,7 @@ leaves the device time alone. Effective bandwidth counts each input byte read
 once and each output byte written once; the fraction is of the device's
 memory bandwidth (vendor figure, with a measured device-to-device copy beside it).
 
-Families: inv, triangular, lu, qr, svd, cholesky, eigh. Peers, where importable: CuPy
+Families: inv, triangular, lu, qr, svd, cholesky, eigh, matrix_exp. Peers, where importable: CuPy
 (``cupy.linalg.inv``), JAX (``jnp.linalg.qr``, ``svd``, ``eigh``), fla-core
 (``fla.ops.utils.solve_tril``) and kornia (``inverse_transformation`` of rigid
 poses). A table per family goes to stdout (``--markdown``, ``--json``: also to
@@ -52,6 +52,7 @@ BASELINES = (
     "torch.linalg.cholesky_ex",
     "torch.linalg.eigh",
     "torch.linalg.eigvalsh",
+    "torch.linalg.matrix_exp",
 )
 
 # Vendor memory bandwidths, bytes/s, by the start of torch.cuda.get_device_name().
@@ -622,8 +623,33 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
+def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:
+    """matrix_exp on 10^4 small matrices and single large ones, against
+    torch.linalg.matrix_exp. Entries N(0, (10 / n)^2): 1-norms near 8, two squarings in
+    single precision. Bytes: A read, exp(A) written."""
+    from .matrix_exp import matrix_exp  # not in mpslinalg's namespace yet
+
+    results = []
+    small = device.type == "cpu"
+    cases = [(10_000, 4), (10_000, 32)] + ([] if small else [(1, 256), (1, 1024)])
+    for dtype in (torch.float32, torch.complex64):
+        kind = str(dtype).removeprefix("torch.")
+        for count, n in cases:
+            count = min(count, 256) if small else count
+            generator = torch.Generator(device).manual_seed(n)
+            A = torch.randn(count, n, n, dtype=dtype, device=device, generator=generator) * (10 / n)
+            nbytes = 2 * A.numel() * A.element_size()
+            rows = [
+                ("mpslinalg.matrix_exp", lambda: matrix_exp(A), nbytes),
+                ("torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(A), nbytes),
+            ]
+            shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
+            results += measure("matrix_exp", f"{shape} {kind}", rows, device, loop=5, repeats=5)
+    return results
+
+
 FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd,
-            "cholesky": bench_cholesky, "eigh": bench_eigh, "latency": bench_latency}
+            "cholesky": bench_cholesky, "eigh": bench_eigh, "latency": bench_latency, "matrix_exp": bench_matrix_exp}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:

@@ -22,15 +22,18 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import numpy as np
+import scipy.linalg
 import torch
 
 import mpslinalg as LA
 
-from . import eigh_family, runtimes, svd_family, testing
+from . import eig_family, eigh_family, runtimes, svd_family, testing
 from ._dispatch import TORCH, backends, use_backend
 from .inverse import SMALL
 from .lu_family import SIZES as LU_SIZES
 from .qr_family import GEQRF_SMALL, small_size as qr_small_size
+from . import matrix_exp as matrix_exp_family
+from .matrix_exp import matrix_exp
 
 
 @dataclass
@@ -258,6 +261,90 @@ def _eigh_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> It
             yield Row("eigvalsh", name, shape, testing.eigh_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via)
 
 
+def _eig_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
+    """eig: sget22's residual, cgeev's unit norms and the eigenvalues against SciPy's
+    within their condition numbers, on non-normal matrices; eigvals' eigenvalues."""
+    name = str(dtype).removeprefix("torch.")
+    for count, n in _cases([(4096, 3), (500, 8), (50, 32), (20, 64), (2, 100)], quick):
+        A = testing.nonnormal_batch((count,), n, dtype, rng, cond=100.0).to(device)
+        via = "a thread" if n <= eig_family.KERNEL_SIZES_UP_TO else "LAPACK"
+        shape = f"{count}x{n}x{n}"
+        (w, V), seconds = _timed(device, lambda: eig_family.eig(A))
+        for what, ratio in zip(("residual", "normalisation", "eigenvalues"), testing.eig_ratios(A, w, V)):
+            yield Row("eig", name, f"{shape} {what}", ratio, testing.THRESHOLD, seconds, via)
+        w, seconds = _timed(device, lambda: eig_family.eigvals(A))
+        yield Row("eigvals", name, shape, testing.eig_ratios(A, w, None)[2], testing.THRESHOLD, seconds, via)
+
+
+def matrix_exp_reference(A: torch.Tensor) -> np.ndarray:
+    """exp of each matrix of A as stored. For float32 and complex64, SciPy's expm in
+    float64/complex128. For float64 and complex128 SciPy's own rounding is as large as the
+    error being judged (its ratio below reached 40 at n = 3 and 300 at n = 2, whose
+    explicit formula it takes, where 34-digit mpmath put ours under 1), so there the
+    reference is Taylor's series of degree 18 at A / 2^s, ||A / 2^s||_1 <= 1/2 (truncation
+    below 2^-19 / 19! relative), squared s times, in numpy's long double (x86's 64-bit
+    significand: 2^11 times float64's precision; tests/test_matrix_exp.py checks it against
+    mpmath)."""
+    a = testing.exact(A)
+    if a.size == 0:
+        return a
+    n = a.shape[-1]
+    if A.dtype in (torch.float32, torch.complex64):
+        return np.array([scipy.linalg.expm(m) for m in a.reshape(-1, n, n)]).reshape(a.shape)
+    wide = np.clongdouble if np.iscomplexobj(a) else np.longdouble
+    x = a.astype(wide)
+    norm = testing.norm1(a)
+    squarings = np.ceil(np.log2(np.maximum(norm, 1e-300) / 0.5)).clip(0).astype(np.int64)
+    x = x / (2.0 ** squarings).astype(np.longdouble)[..., None, None]
+    identity = np.eye(n, dtype=wide)
+    taylor = identity + x / 18  # Horner: I + x (I + x/2 (I + ... (I + x/18)))
+    for k in range(17, 0, -1):
+        taylor = identity + (x @ taylor) / k
+    for step in range(int(squarings.max(initial=0))):
+        taylor = np.where((step < squarings)[..., None, None], taylor @ taylor, taylor)
+    return taylor
+
+
+def matrix_exp_ratio(A: torch.Tensor, X: torch.Tensor) -> float:
+    """max over the batch of ||X - exp(A)||_1 / (n max(1, ||A||_1) ||exp(A)||_1 eps).
+
+    The scale is what scaling and squaring attains: the Pade approximant of A / 2^s is
+    backward stable (its backward error at most eps, Higham 2005), and exp's relative
+    condition number is ||A|| for normal A (Van Loan 1977), at least ||A|| for any; each
+    of the s squarings doubles the error before it and adds n eps of its own products,
+    with 2^s < 2 ||A||_1 / theta_max. So n eps max(1, ||A||_1) times a constant, judged
+    against LAPACK's THRESHOLD as the other ratios (on Gaussian matrices of norms 1e-6 to
+    80, ours stayed below 1.5, torch's own below 1.5 too)."""
+    a = testing.exact(A)
+    n = a.shape[-1]
+    if a.size == 0:
+        return 0.0
+    reference = matrix_exp_reference(A)
+    residual = testing.norm1(testing.exact(X) - reference)
+    scale = n * np.maximum(1, testing.norm1(a)) * testing.norm1(reference) * testing.eps(A.dtype)
+    return testing.scaled_ratio(residual.astype(np.float64), scale.astype(np.float64), A.dtype)
+
+
+def _expm_batch(rng, count: int, n: int, dtype: torch.dtype, smallest: float, largest: float) -> torch.Tensor:
+    """Gaussian matrices with 1-norms spread log-uniformly from ``smallest`` to ``largest``."""
+    A = _normal(rng, (count, n, n), dtype).to(torch.complex128 if dtype.is_complex else torch.float64)
+    norms = torch.linalg.matrix_norm(A, 1)
+    target = torch.from_numpy(10 ** rng.uniform(np.log10(smallest), np.log10(largest), count))
+    return (A * (target / torch.where(norms > 0, norms, 1))[:, None, None]).to(dtype)
+
+
+def _matrix_exp_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
+    """matrix_exp against SciPy (long double for float64 and complex128) on norms up to 80,
+    where exp still fits float32: the squaring kernel's sizes, and the products past them."""
+    name = str(dtype).removeprefix("torch.")
+    for count, n in _cases([(1000, 4), (200, 16), (50, 32), (20, 64), (4, 100)], quick):
+        A = _expm_batch(rng, count, n, dtype, 1e-3, 80.0).to(device)
+        X, seconds = _timed(device, lambda: matrix_exp(A))
+        squared = matrix_exp_family._square_size(n, dtype, device)
+        via = "squaring kernel" if squared else "products"
+        yield Row("matrix_exp", name, f"{count}x{n}x{n} norms 1e-3..80", matrix_exp_ratio(A, X), testing.THRESHOLD, seconds, via)
+
+
 # Each family of rows with the functions it checks (``check -k`` skips the others).
 ROW_FAMILIES = (
     (("inv", "inv_ex", "det"), _inverse_rows),
@@ -267,7 +354,9 @@ ROW_FAMILIES = (
     (("svd", "pinv"), _svd_rows),
     (("cholesky", "cholesky_solve", "cholesky_inverse"), _cholesky_rows),
     (("eigh", "eigvalsh"), _eigh_rows),
+    (("eig", "eigvals"), _eig_rows),
     (("inv_ex info",), _singular_rows),
+    (("matrix_exp",), _matrix_exp_rows),
 )
 
 
@@ -439,6 +528,9 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
         for chunk in (16, 32, 64):
             A = torch.from_numpy(rng.standard_normal((2, 3 * chunk, 2, chunk)) * 0.1).to(dtype).to(device)
             yield "solve_tril", f"2x{3 * chunk}x2x{chunk}", lambda A=A: _solve_tril_ratio(A, LA.solve_tril(A, output_dtype=A.dtype))
+    for n in KERNEL_SIZES:  # matrix_exp: every N of the squaring kernel (norms past theta_7: squarings), products past them
+        A = _expm_batch(rng, 3, n, dtype, 5.0, 20.0).to(device)
+        yield "matrix_exp", f"3x{n}x{n}", lambda A=A: matrix_exp_ratio(A, matrix_exp(A))
 
 
 def _limited(threads: int, calls) -> Iterator[Call]:
