@@ -147,11 +147,15 @@ def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch
         U, S, Vh = _svd_square(X)
         return U.reshape(*batch, m, m), S.reshape(*batch, k), Vh.reshape(*batch, n, n)
     # Scaled by 2^-e with max |x_ij| in [1/2, 1); zero and non-finite matrices as they are.
-    largest = X.abs().amax(dim=(-2, -1))
-    e = torch.frexp(largest).exponent
-    e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
-    down = _power_of_two(-e, real)
-    X = X * down[0][:, None, None] * down[1][:, None, None]
+    # Not where R's SVD kernel scales itself: our QR is scale-invariant (sgeqrf's scaled
+    # norms), and the dozen elementwise launches cost more than the kernels at small n.
+    scaling = not _scales_itself(columns, A.dtype)
+    if scaling:
+        largest = X.abs().amax(dim=(-2, -1))
+        e = torch.frexp(largest).exponent
+        e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
+        down = _power_of_two(-e, real)
+        X = X * down[0][:, None, None] * down[1][:, None, None]
     if rows > columns:  # sgejsv's QR preconditioning: the SVD of R
         Q, R = qr_family._qr_body(X, "complete" if full_matrices else "reduced")
         U_R, S, Vh = _svd_square(R[:, :columns].contiguous())
@@ -160,8 +164,9 @@ def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch
             U = torch.cat((U, Q[..., columns:]), dim=-1)
     else:
         U, S, Vh = _svd_square(X)
-    up = _power_of_two(e, real)
-    S = S * up[0][:, None] * up[1][:, None]
+    if scaling:
+        up = _power_of_two(e, real)
+        S = S * up[0][:, None] * up[1][:, None]
     if wide:  # X = A^H = U S Vh, so A = Vh^H S U^H
         U, Vh = Vh.mH, U.mH
     U = U.reshape(*batch, m, U.shape[-1])
@@ -370,13 +375,13 @@ def _cutoff(S: torch.Tensor, atol, rtol, m: int, n: int) -> torch.Tensor:
     """pinv's and matrix_rank's tolerance max(atol, rtol * sigma_max), per matrix (4.6);
     atol and rtol are None or tensors of S's dtype (see _tolerance)."""
     eps = torch.finfo(S.dtype).eps
+    largest = S[..., :1] if S.shape[-1] else torch.zeros_like(S[..., :1])
+    if atol is None:  # the common call: one product, no tensors made of numbers
+        return largest * (max(m, n) * eps) if rtol is None else rtol.unsqueeze(-1) * largest
     if rtol is None:
         rtol = torch.full((), max(m, n) * eps, dtype=S.dtype, device=S.device)
         if atol is not None:
             rtol = torch.where(atol > 0, torch.zeros_like(rtol), rtol)
-    if atol is None:
-        atol = torch.zeros((), dtype=S.dtype, device=S.device)
-    largest = S[..., :1] if S.shape[-1] else torch.zeros_like(S[..., :1])
     return torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * largest)
 
 
@@ -391,7 +396,7 @@ def _pinv_body(A: torch.Tensor, atol: torch.Tensor | None, rtol: torch.Tensor | 
     m, n = A.shape[-2:]
     U, S, Vh = _svd(A, False)
     keep = S > _cutoff(S, atol, rtol, m, n)
-    inverse = torch.where(keep, 1 / torch.where(keep, S, 1), 0)
+    inverse = torch.where(keep, S.reciprocal(), 0)  # 1/0 = inf where not kept, never chosen
     return (Vh.mH * inverse.unsqueeze(-2).to(A.dtype)) @ U.mH
 
 
@@ -471,7 +476,8 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False, out=
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
     _checks.out_without_grad("linalg_pinv", out, A)
-    _dispatch.TORCH.pinv(A.to("meta"), hermitian=hermitian)
+    if not _checks.tolerance_call_fits(A, hermitian, atol, rtol):  # torch's errors (a meta pinv costs ~1 ms)
+        _dispatch.TORCH.pinv(A.to("meta"), hermitian=hermitian)
     if hermitian:  # the values of the lower triangle; torch's gradient, which takes A whole
         A = A + (_hermitian_from_lower(A) - A).detach()
     X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, _tolerance(atol, A), _tolerance(rtol, A), function=_Pinv)
@@ -498,7 +504,8 @@ def matrix_rank(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = Fals
     """
     if not _dispatch.has_kernels(A):
         return _dispatch.TORCH.matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
-    _dispatch.TORCH.matrix_rank(A.to("meta"), hermitian=hermitian)
+    if not _checks.tolerance_call_fits(A, hermitian, atol, rtol):  # torch's errors (a meta call costs ~0.7 ms)
+        _dispatch.TORCH.matrix_rank(A.to("meta"), hermitian=hermitian)
     if hermitian:
         A = _hermitian_from_lower(A)
     m, n = A.shape[-2:]
@@ -553,7 +560,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     Bm = Bm.expand(*batch, m, Bm.shape[-1])
     real = A.real.dtype if A.is_complex() else A.dtype
     rtol = _tolerance(max(m, n) * torch.finfo(real).eps if rcond is None else rcond, A)
-    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, torch.zeros_like(rtol), rtol, function=_Pinv) @ Bm
+    X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, None, rtol, function=_Pinv) @ Bm
     rank = torch.empty(0, dtype=torch.int64, device=A.device)  # gels reports none
     singular_values = A.new_empty(0, dtype=real)
     if driver != "gels":
