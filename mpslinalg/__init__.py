@@ -12,7 +12,8 @@ from .composite import (
 from .eig_family import eig, eigvals
 from .eigh_family import eigh, eigvalsh
 from .inverse import det, inv, inv_ex
-from .lu_family import logdet, lu, lu_factor, lu_factor_ex, lu_solve, slogdet, solve, solve_ex
+from .lu_family import logdet, lu, lu_factor, lu_factor_ex, lu_solve, lu_unpack, slogdet, solve, solve_ex
+from .patch import patch_torch, unpatch_torch
 from .qr_family import geqrf, householder_product, ormqr, qr
 from .svd_family import lstsq, matrix_rank, pinv, svd, svdvals
 from .triangular import solve_tril, solve_triangular, tril_inverse
@@ -20,9 +21,9 @@ from .triangular import solve_tril, solve_triangular, tril_inverse
 __all__ = [
     "backends", "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "cond", "cross", "det", "diagonal",
     "eig", "eigh", "eigvals", "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex", "ldl_solve",
-    "logdet", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "lstsq", "matmul", "matrix_norm", "matrix_power",
-    "matrix_rank", "matrix_sqrth", "multi_dot", "norm", "ormqr", "pinv", "polar", "qr", "slogdet", "solve",
+    "logdet", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "lu_unpack", "lstsq", "matmul", "matrix_norm", "matrix_power",
+    "matrix_rank", "matrix_sqrth", "multi_dot", "norm", "ormqr", "patch_torch", "pinv", "polar", "qr", "slogdet", "solve",
     "solve_ex", "solve_tril", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "tril_inverse",
-    "use_backend", "vander", "vecdot", "vector_norm",
+    "unpatch_torch", "use_backend", "vander", "vecdot", "vector_norm",
 ]
 __version__ = "0.1.0"

@@ -52,6 +52,8 @@ BASELINES = (
     "torch.linalg.cholesky_ex",
     "torch.linalg.eigh",
     "torch.linalg.eigvalsh",
+    "torch.linalg.eig",
+    "torch.linalg.eigvals",
     "torch.linalg.matrix_exp",
 )
 
@@ -495,6 +497,34 @@ def bench_eigh(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
+def bench_eig(device: torch.device, batch: int) -> list[Result]:
+    """eig and eigvals on 10^4 16x16 and 10^3 64x64 general matrices (and one 1024x1024,
+    LAPACK's on both sides), against torch.linalg.eig (which on CUDA copies to the host
+    and runs LAPACK) and, where importable, JAX's jnp.linalg.eig. Bytes: A read, the
+    complex eigenvalues and eigenvectors written."""
+    results = []
+    small = device.type == "cpu"
+    cases = [(10_000, 16), (1_000, 64)] + ([] if small else [(1, 1024)])
+    jax_eig = _jax(torch.randn(4, 8, 8, device=device), "eig") if device.type == "cuda" else None
+    for dtype in (torch.float32, torch.complex64):
+        kind = str(dtype).removeprefix("torch.")
+        for count, n in cases:
+            count = min(count, 256) if small else count
+            A = torch.randn(count, n, n, dtype=dtype, device=device, generator=torch.Generator(device).manual_seed(n))
+            out_item = 8 if dtype == torch.float32 else A.element_size()  # complex64 out
+            nbytes = A.numel() * A.element_size() + (count * n + A.numel()) * out_item
+            rows = [("mpslinalg.eig", lambda: LA.eig(A), nbytes), ("mpslinalg.eigvals", lambda: LA.eigvals(A), nbytes),
+                    ("torch.linalg.eig", lambda: torch.linalg.eig(A), nbytes),
+                    ("torch.linalg.eigvals", lambda: torch.linalg.eigvals(A), nbytes)]
+            if jax_eig is not None:
+                rows.append(("jax.numpy.linalg.eig", lambda: jax_eig(A), nbytes))
+            shape = f"{count} x {n}x{n}" if count > 1 else f"{n}x{n}"
+            # torch's eig of a batch takes seconds (LAPACK on the host, a matrix at a time),
+            # and syncs: one call each, no graphs.
+            results += measure("eig", f"{shape} {kind}", rows, device, graph=False, loop=1, repeats=1, warmup=1)
+    return results
+
+
 def bench_cholesky(device: torch.device, batch: int) -> list[Result]:
     """cholesky (and cholesky_ex) on 10^4 small matrices and single large ones, against
     torch.linalg.cholesky. Bytes: A read, L written."""
@@ -649,7 +679,8 @@ def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:
 
 
 FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd,
-            "cholesky": bench_cholesky, "eigh": bench_eigh, "latency": bench_latency, "matrix_exp": bench_matrix_exp}
+            "cholesky": bench_cholesky, "eigh": bench_eigh, "eig": bench_eig, "latency": bench_latency,
+            "matrix_exp": bench_matrix_exp}
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:

@@ -839,3 +839,63 @@ def logdet(A: torch.Tensor) -> torch.Tensor:
     if A.is_complex():
         return torch.complex(logabs, sign.angle()) if A.shape[-1] else logabs.to(A.dtype)
     return torch.where(sign < 0, torch.nan, logabs)
+
+
+def lu_unpack(LU_data: torch.Tensor, LU_pivots: torch.Tensor, unpack_data: bool = True, unpack_pivots: bool = True, *,
+              out=None):
+    """P, L and U from a packed LU factorization, like ``torch.lu_unpack``: the
+    pivots become a row order on the device (``lu_permutation``, no host
+    synchronisation) and L, U are LU_data's triangles.
+
+    Args:
+        LU_data: ``(*, m, n)``, the packed factors, as ``lu_factor`` returns them.
+        LU_pivots: ``(*, k)`` int32 (k = min(m, n)), their 1-based pivots.
+        unpack_data: return L and U (else both are empty tensors of shape ``(0,)``).
+        unpack_pivots: return P (else an empty tensor of shape ``(0,)``).
+        out: optional ``(P, L, U)`` tensors to write into.
+
+    Returns:
+        ``(P, L, U)``: P ``(*, m, m)``, L ``(*, m, k)`` unit lower, U ``(*, k, n)``,
+        all of LU_data's dtype. Gradients flow from L and U to LU_data (P has
+        none), in reverse and forward mode. Pivots outside ``[1, m]``, which torch
+        rejects by reading them on the host, are not checked (clamped into range).
+
+    Example:
+        >>> A = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> P, L, U = LA.lu_unpack(*LA.lu_factor(A))
+        >>> P
+        tensor([[0., 1.],
+                [1., 0.]])
+        >>> torch.allclose(P @ L @ U, A)
+        True
+    """
+    if not _dispatch.has_kernels(LU_data, LU_pivots):
+        return _dispatch.TORCH.lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots, out=out)
+    if LU_data.dim() < 2:
+        raise RuntimeError(f"torch.lu_unpack: Expected tensor with 2 or more dimensions. Got size: {list(LU_data.shape)} instead")
+    *batch, m, n = LU_data.shape
+    k = min(m, n)
+    if unpack_pivots:
+        if LU_pivots.dtype != torch.int32:
+            raise RuntimeError(
+                "torch.lu_unpack: LU_pivots is expected to be a contiguous tensor of torch.int32 dtype.\n"
+                "Note: this function is intended to be used with the output produced by torch.linalg.lu_factor"
+            )
+        if list(LU_pivots.shape) != [*batch, k]:
+            raise ValueError(f"Expected LU_pivots to have shape {[*batch, k]} but got {list(LU_pivots.shape)} instead.")
+    _checks.out_without_grad("lu_unpack", out, LU_data)
+    empty = LU_data.new_empty(0)
+    if unpack_data:
+        # torch's lu_unpack: L = tril(LU, -1) + I over the first k columns, U = triu of
+        # the first k rows; built from views, so that autograd differentiates them.
+        L = LU_data[..., :, :k].tril(-1) + torch.eye(m, k, dtype=LU_data.dtype, device=LU_data.device)
+        U = LU_data[..., :k, :].triu()
+    else:
+        L = U = empty
+    if unpack_pivots:
+        order = _permutation(LU_pivots, m)
+        zeros = LU_data.new_zeros((*batch, m, m))
+        P = zeros.scatter(-2, order[..., None, :], 1)  # column i of P is e_order[i], as in lu
+    else:
+        P = empty
+    return torch.return_types.lu_unpack(_checks.into_each(out, (P, L, U)))

@@ -11,7 +11,7 @@ from conftest import require
 from test_hardening import CALLS, NOT_DIFFERENTIABLE, inputs
 
 # torch's names for mpslinalg's functions outside torch.linalg.
-TORCH_NAMESPACE = ("geqrf", "ormqr", "logdet", "cholesky_solve", "cholesky_inverse")
+TORCH_NAMESPACE = ("geqrf", "ormqr", "logdet", "lu_unpack", "cholesky_solve", "cholesky_inverse")
 # route -> (the backend CPU tensors take, the device, the dtype)
 ROUTES = {
     "kernels": ("opencl", "cpu", torch.float32),

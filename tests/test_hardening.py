@@ -42,6 +42,7 @@ CALLS = {
     "lu_factor_ex": lambda A, B: LA.lu_factor_ex(A).LU,
     "lu": lambda A, B: LA.lu(A).U,
     "lu_solve": lambda A, B: LA.lu_solve(*LA.lu_factor(A), B),
+    "lu_unpack": lambda A, B: (lambda P, L, U: P + L + U)(*LA.lu_unpack(*LA.lu_factor_ex(A)[:2])),
     "solve": lambda A, B: LA.solve(A, B),
     "solve_ex": lambda A, B: LA.solve_ex(A, B).result,
     "solve_triangular": lambda A, B: LA.solve_triangular(A.tril(), B, upper=False),
@@ -94,7 +95,8 @@ SYNCHRONISING = {  # check for singular input, or host values
 
 
 def test_every_public_function_is_in_the_table():
-    assert set(CALLS) | {"backends", "use_backend"} == set(LA.__all__)
+    # Not linear algebra: the runtimes, and putting mpslinalg in torch's place (tests/test_patch.py).
+    assert set(CALLS) | {"backends", "use_backend", "patch_torch", "unpatch_torch"} == set(LA.__all__)
 
 
 def inputs(device):

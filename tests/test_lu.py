@@ -7,6 +7,7 @@ Pivots are compared exactly with LAPACK's (SciPy, torch on the CPU) on matrices 
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -536,3 +537,85 @@ def test_compiles_without_graph_breaks(device):
     y = compiled(A, B)
     y.backward()
     torch.testing.assert_close(y, f(A, B))
+
+
+# --- lu_unpack ---
+
+UNPACK_FLAGS = [(data, pivots) for data in (True, False) for pivots in (True, False)]
+
+
+@pytest.mark.parametrize("unpack_data,unpack_pivots", UNPACK_FLAGS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (6, 3), (3, 6), (2, 3, 5, 5), (4, 70, 40), (0, 3, 3), (2, 0, 3)], ids=str)
+def test_lu_unpack_equals_torch(device, shape, dtype, unpack_data, unpack_pivots):
+    supported(device, dtype)
+    LU, pivots = torch.linalg.lu_factor(gaussian(shape, dtype))
+    got = LA.lu_unpack(LU.to(device), pivots.to(device), unpack_data, unpack_pivots)
+    expected = torch.lu_unpack(LU, pivots, unpack_data, unpack_pivots)
+    assert type(got) is type(expected)
+    for ours, theirs in zip(got, expected):
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+        torch.testing.assert_close(ours.cpu(), theirs, rtol=0, atol=0)  # copies and a permutation: exact
+
+
+def test_lu_unpack_permutation_runs_on_the_kernel(device, monkeypatch):
+    # The pivots become P on the device: lu_permutation's launch, no call to torch's lu_unpack.
+    LU, pivots = torch.linalg.lu_factor(gaussian((3, 5, 5), torch.float32))
+    monkeypatch.setattr(family._dispatch.TORCH, "lu_unpack", None)
+    launched = []
+    real = family.launch
+    monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(kernel.function), real(kernel, *a, **k))[1])
+    P, _, _ = LA.lu_unpack(LU.to(device), pivots.to(device))
+    assert launched == ["lu_permutation"]
+    torch.testing.assert_close(P.cpu(), torch.lu_unpack(LU, pivots).P, rtol=0, atol=0)
+
+
+def test_lu_unpack_errors_as_torch(device):
+    LU, pivots = torch.linalg.lu_factor(gaussian((2, 4, 3), torch.float32))
+    LU, pivots = LU.to(device), pivots.to(device)
+    for args, kwargs in [
+        ((LU[0, 0], pivots), {}),  # one dim
+        ((LU, pivots.long()), {}),  # int64 pivots
+        ((LU, pivots[:1]), {}),  # batch dims differ
+        ((LU, pivots[..., :2]), {}),  # not min(m, n) pivots
+    ]:
+        with pytest.raises(Exception) as expected:
+            torch.lu_unpack(*(a.cpu() for a in args), **kwargs)
+        with pytest.raises(expected.type, match=re.escape(str(expected.value))):
+            LA.lu_unpack(*args, **kwargs)
+    # Without unpack_pivots, torch reads neither the pivots' dtype nor their shape.
+    got = LA.lu_unpack(LU, pivots[:1].long(), unpack_pivots=False)
+    torch.testing.assert_close(got.U.cpu(), torch.lu_unpack(LU.cpu(), pivots[:1].long().cpu(), unpack_pivots=False).U)
+
+
+def test_lu_unpack_out(device):
+    LU, pivots = torch.linalg.lu_factor(gaussian((2, 5, 5), torch.float32))
+    out = tuple(torch.empty(0, device=device) for _ in range(3))
+    result = LA.lu_unpack(LU.to(device), pivots.to(device), out=out)
+    assert all(r is o for r, o in zip(result, out))
+    for ours, theirs in zip(out, torch.lu_unpack(LU, pivots)):
+        torch.testing.assert_close(ours.cpu(), theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize("shape", [(2, 4, 4), (5, 3), (3, 5)], ids=str)
+def test_lu_unpack_gradients(device, shape, dtype):
+    supported(device, dtype)
+    A = gaussian(shape, dtype).to(device)
+    LU, pivots = LA.lu_factor(A)
+    LU = LU.detach().requires_grad_()
+
+    def unpacked(LU):
+        P, L, U = LA.lu_unpack(LU, pivots)
+        return L, U
+
+    assert torch.autograd.gradcheck(unpacked, (LU,), check_forward_ad=True)
+    P, L, U = LA.lu_unpack(LU, pivots)
+    assert not P.requires_grad
+    # torch's gradient, through the same L and U
+    gL, gU = torch.randn_like(L), torch.randn_like(U)
+    ours = torch.autograd.grad((L * gL).sum().real + (U * gU).sum().real, LU)[0]
+    LUt = LU.detach().cpu().requires_grad_()
+    _, Lt, Ut = torch.lu_unpack(LUt, pivots.cpu())
+    theirs = torch.autograd.grad((Lt * gL.cpu()).sum().real + (Ut * gU.cpu()).sum().real, LUt)[0]
+    torch.testing.assert_close(ours.cpu(), theirs, rtol=0, atol=0)

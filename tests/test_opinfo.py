@@ -78,6 +78,8 @@ def opinfo_name(name: str) -> str:
 WITHOUT_OPINFO = {
     "backends": "reports the runtimes; not a torch function",
     "use_backend": "selects the CPU runtime; not a torch function",
+    "patch_torch": "puts mpslinalg's functions in torch's places; not a torch function",
+    "unpatch_torch": "puts torch's functions back after patch_torch; not a torch function",
     "solve_tril": "flash-linear-attention's chunked (I + A)^-1; torch has no such function",
     "tril_inverse": "torch has no triangular inverse (torch.linalg.inv takes any matrix)",
 }
@@ -434,6 +436,7 @@ CONDITIONING = {
     "linalg.lu_factor_ex": lambda s: (shape_size(s.input), kappa(s.input)),
     "linalg.lu": lambda s: (shape_size(s.input), kappa(s.input)),
     "linalg.lu_solve": lambda s: (shape_size(s.input), kappa(unit_lower_times_upper(s.input.detach()))),
+    "lu_unpack": lambda s: (1, 0.0),  # copies of LU's triangles and a permutation: exactly torch's
     "linalg.qr": lambda s: (shape_size(s.input), kappa(s.input)),
     "geqrf": lambda s: (shape_size(s.input), kappa(s.input)),
     "linalg.householder_product": lambda s: (
