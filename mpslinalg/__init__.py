@@ -11,6 +11,7 @@ from .composite import (
 )
 from .eig_family import eig, eigvals
 from .eigh_family import eigh, eigvalsh
+from .expm_family import matrix_exp
 from .inverse import det, inv, inv_ex
 from .lu_family import logdet, lu, lu_factor, lu_factor_ex, lu_solve, lu_unpack, slogdet, solve, solve_ex
 from .patch import patch_torch, unpatch_torch
@@ -21,7 +22,7 @@ from .triangular import solve_tril, solve_triangular, tril_inverse
 __all__ = [
     "backends", "cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "cond", "cross", "det", "diagonal",
     "eig", "eigh", "eigvals", "eigvalsh", "geqrf", "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex", "ldl_solve",
-    "logdet", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "lu_unpack", "lstsq", "matmul", "matrix_norm", "matrix_power",
+    "logdet", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "lu_unpack", "lstsq", "matmul", "matrix_exp", "matrix_norm", "matrix_power",
     "matrix_rank", "matrix_sqrth", "multi_dot", "norm", "ormqr", "patch_torch", "pinv", "polar", "qr", "slogdet", "solve",
     "solve_ex", "solve_tril", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "tril_inverse",
     "unpatch_torch", "use_backend", "vander", "vecdot", "vector_norm",

@@ -32,8 +32,8 @@ from ._dispatch import TORCH, backends, use_backend
 from .inverse import SMALL
 from .lu_family import SIZES as LU_SIZES
 from .qr_family import GEQRF_SMALL, small_size as qr_small_size
-from . import matrix_exp as matrix_exp_family
-from .matrix_exp import matrix_exp
+from . import expm_family
+from .expm_family import matrix_exp
 
 
 @dataclass
@@ -340,7 +340,7 @@ def _matrix_exp_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool)
     for count, n in _cases([(1000, 4), (200, 16), (50, 32), (20, 64), (4, 100)], quick):
         A = _expm_batch(rng, count, n, dtype, 1e-3, 80.0).to(device)
         X, seconds = _timed(device, lambda: matrix_exp(A))
-        squared = matrix_exp_family._square_size(n, dtype, device)
+        squared = expm_family._square_size(n, dtype, device)
         via = "squaring kernel" if squared else "products"
         yield Row("matrix_exp", name, f"{count}x{n}x{n} norms 1e-3..80", matrix_exp_ratio(A, X), testing.THRESHOLD, seconds, via)
 

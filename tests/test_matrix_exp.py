@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import mpslinalg as LA
 from conftest import supported
-from mpslinalg import matrix_exp as family
+from mpslinalg import expm_family as family
 from mpslinalg.check import matrix_exp_ratio, matrix_exp_reference
-from mpslinalg.matrix_exp import matrix_exp
+from mpslinalg import matrix_exp
 from mpslinalg.testing import THRESHOLD, eps, exact, hermitian_batch, norm1
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]

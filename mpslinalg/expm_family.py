@@ -285,8 +285,7 @@ def matrix_exp(A: torch.Tensor) -> torch.Tensor:
         RuntimeError: torch's, for fewer than 2 dims, non-square matrices or integer dtypes.
 
     Example:
-        >>> from mpslinalg.matrix_exp import matrix_exp
-        >>> matrix_exp(torch.tensor([[0.0, 1.0], [-1.0, 0.0]]))  # a rotation by 1 radian
+        >>> LA.matrix_exp(torch.tensor([[0.0, 1.0], [-1.0, 0.0]]))  # a rotation by 1 radian
         tensor([[ 0.5403,  0.8415],
                 [-0.8415,  0.5403]])
     """
