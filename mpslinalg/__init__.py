@@ -3,6 +3,7 @@
 The same kernels run on CUDA (NVRTC) and, for tests, on the CPU (OpenCL).
 """
 
+from . import _sharding
 from ._dispatch import backends, use_backend
 from .cholesky_family import cholesky, cholesky_ex, cholesky_inverse, cholesky_solve
 from .composite import (
@@ -28,3 +29,10 @@ __all__ = [
     "unpatch_torch", "use_backend", "vander", "vecdot", "vector_norm",
 ]
 __version__ = "0.1.0"
+
+# A batch sharded over a device mesh (a DTensor) goes through every function with the
+# plain tensors the function makes (identities, masks) taken as replicated; any other
+# call pays one check of its arguments (_sharding.mixable).
+for _name in set(__all__) - {"backends", "use_backend", "patch_torch", "unpatch_torch"}:
+    globals()[_name] = _sharding.mixable(globals()[_name])
+del _name

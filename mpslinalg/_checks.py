@@ -68,7 +68,7 @@ def resolved(A: torch.Tensor) -> torch.Tensor:
 def raise_for_first_failure(api: str, info: torch.Tensor, batched: bool, reason) -> None:
     """torch.linalg.LinAlgError for the first matrix whose info > 0, as torch words it:
     "{api}: (Batch element i): {reason(info)}" (synchronises with the device)."""
-    flat = info.reshape(-1)
+    flat = whole(info).reshape(-1)
     failed = torch.nonzero(flat > 0)
     if failed.numel() == 0:
         return
@@ -191,3 +191,9 @@ def householder_shapes_fit(A: torch.Tensor, tau: torch.Tensor) -> bool:
     tau's batch dims A's, one dtype."""
     return (A.dim() >= 2 and tau.dim() == A.dim() - 1 and A.dtype == tau.dtype
             and A.shape[-2] >= A.shape[-1] >= tau.shape[-1] and A.shape[:-2] == tau.shape[:-1])
+
+
+def whole(info: torch.Tensor) -> torch.Tensor:
+    """``info`` as one tensor on every rank where it is a DTensor (an all-gather; the
+    checks that read it synchronise with the host anyway), else itself."""
+    return info.full_tensor() if hasattr(info, "full_tensor") else info

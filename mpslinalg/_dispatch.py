@@ -18,7 +18,7 @@ import warnings
 import torch
 from torch.autograd import forward_ad
 
-from . import _checks
+from . import _checks, _sharding
 from .runtimes import RUNTIMES, KernelUnavailable, Runtime, Status
 
 # torch's own implementations of the functions mpslinalg stands in for, bound once
@@ -142,6 +142,9 @@ def call(op, body, *args, function=None):
         return function.apply(*args)
     if _plain(tensors):
         return body(*args)
+    if any(_sharding.is_dtensor(t) for t in tensors):  # a batch over a device mesh
+        _sharding.ensure_registered()
+        args = _sharding.with_replicated_tensors(args)
     return op(*args)
 
 

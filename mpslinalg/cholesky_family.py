@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, triangular
+from . import _checks, _dispatch, _sharding, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, fits, groups_for, launch
 
@@ -183,7 +183,7 @@ def _cholesky_backward(ctx, gL, _g_info):
     return _cholesky_vjp(L, gL, ctx.upper), None, None
 
 
-_cholesky_ex_op.register_autograd(_cholesky_backward, setup_context=_cholesky_setup)
+_cholesky_ex_op.register_autograd(_sharding.mixable(_cholesky_backward), setup_context=_cholesky_setup)
 _Cholesky = _dispatch.with_transposed_jvp(
     torch.ops.mpslinalg.cholesky_ex, _cholesky_setup, _cholesky_backward,
     jvp=lambda ctx, dA, _upper, _check: (_cholesky_jvp(ctx.saved_tensors[0], dA, ctx.upper), None),
@@ -229,7 +229,7 @@ def _cholesky_solve_backward(ctx, gX):
     return gB.sum_to_size(ctx.shapes[0]), gL.sum_to_size(ctx.shapes[1]), None
 
 
-_cholesky_solve_op.register_autograd(_cholesky_solve_backward, setup_context=_cholesky_solve_setup)
+_cholesky_solve_op.register_autograd(_sharding.mixable(_cholesky_solve_backward), setup_context=_cholesky_solve_setup)
 
 
 def _cholesky_solve_jvp(ctx, dB, dL, _upper):
@@ -288,7 +288,7 @@ def _cholesky_inverse_backward(ctx, grad):
     return -(L @ C) if ctx.upper else -(C @ L), None
 
 
-_cholesky_inverse_op.register_autograd(_cholesky_inverse_backward, setup_context=_cholesky_inverse_setup)
+_cholesky_inverse_op.register_autograd(_sharding.mixable(_cholesky_inverse_backward), setup_context=_cholesky_inverse_setup)
 _CholeskyInverse = _dispatch.with_transposed_jvp(
     torch.ops.mpslinalg.cholesky_inverse, _cholesky_inverse_setup, _cholesky_inverse_backward
 )

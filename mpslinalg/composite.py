@@ -39,7 +39,7 @@ import math
 import torch
 from torch.utils._pytree import tree_map_only
 
-from . import _checks, _dispatch
+from . import _checks, _dispatch, _sharding
 from .eigh_family import eigh
 from .inverse import inv, inv_ex
 from .lu_family import solve
@@ -113,6 +113,7 @@ class _Sylvester(torch.autograd.Function):
         ctx.save_for_forward(H, output, s, V)
 
     @staticmethod
+    @_sharding.mixable  # a DTensor's plain helpers replicated, as the public functions'
     def backward(ctx, G):
         H, Z, s, V = ctx.saved_tensors
         W = _sylvester(H, G, s, V)
@@ -163,6 +164,7 @@ class _Sqrth(torch.autograd.Function):
         ctx.save_for_forward(X, s, V)
 
     @staticmethod
+    @_sharding.mixable  # a DTensor's plain helpers replicated, as the public functions'
     def backward(ctx, G, _s, _V):
         X, s, V = ctx.saved_tensors
         return _sylvester(X, _hermitian_part(G), s, V), None
@@ -245,6 +247,7 @@ class _Polar(torch.autograd.Function):
         ctx.save_for_forward(inputs[0], U, H, S, V)
 
     @staticmethod
+    @_sharding.mixable  # a DTensor's plain helpers replicated, as the public functions'
     def backward(ctx, gU, gH, _S, _V):
         A, U, H, S, V = ctx.saved_tensors
         identity = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device).expand_as(H)

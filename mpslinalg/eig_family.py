@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, lu_family
+from . import _checks, _dispatch, _sharding, lu_family
 from ._kernel import Buffer, Kernel, Scalar
 from .runtimes import batches, groups_for, launch
 
@@ -141,7 +141,7 @@ def _eig_backward(ctx, gw, gV, check_phase=True):
     return _eig_vjp(A, w, V, gw, gV, check_phase), None
 
 
-_eig_op.register_autograd(_eig_backward, setup_context=_eig_setup)
+_eig_op.register_autograd(_sharding.mixable(_eig_backward), setup_context=_eig_setup)
 _Eig = _dispatch.with_transposed_jvp(
     torch.ops.mpslinalg.eig, _eig_setup, _eig_backward,
     transposed=lambda ctx, gw, gV: _eig_backward(ctx, gw, gV, check_phase=False),

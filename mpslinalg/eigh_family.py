@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, cholesky_family, svd_family
+from . import _checks, _dispatch, _sharding, cholesky_family, svd_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, groups_for, launch
 
@@ -355,7 +355,7 @@ def _eigh_backward(ctx, gw, gV):
     return _eigh_vjp(w, V, gw, gV), None
 
 
-_eigh_op.register_autograd(_eigh_backward, setup_context=_eigh_setup)
+_eigh_op.register_autograd(_sharding.mixable(_eigh_backward), setup_context=_eigh_setup)
 _Eigh = _dispatch.with_transposed_jvp(
     torch.ops.mpslinalg.eigh, _eigh_setup, _eigh_backward,
     jvp=lambda ctx, dA, _upper: _eigh_jvp(*ctx.saved_tensors, dA),

@@ -41,7 +41,7 @@ import math
 
 import torch
 
-from . import _checks, _dispatch, lu_family
+from . import _checks, _dispatch, _sharding, lu_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, fits, groups_for, launch
 
@@ -244,7 +244,7 @@ def _matrix_exp_backward(ctx, grad):
     return _frechet(A.mH, grad)
 
 
-_matrix_exp_op.register_autograd(_matrix_exp_backward, setup_context=_matrix_exp_setup)
+_matrix_exp_op.register_autograd(_sharding.mixable(_matrix_exp_backward), setup_context=_matrix_exp_setup)
 _MatrixExp = _dispatch.with_transposed_jvp(
     torch.ops.mpslinalg.matrix_exp, _matrix_exp_setup, _matrix_exp_backward,
     # Laid out as the output (contiguous), as forward mode requires of a tangent.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, lu_family
+from . import _checks, _dispatch, _sharding, lu_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, groups_for, launch
 
@@ -188,9 +188,9 @@ def _det_backward(ctx, grad):
     return _det_vjp(*ctx.saved_tensors, grad)
 
 
-_inv_small_ex.register_autograd(_inv_backward, setup_context=_inv_setup)
-_det_small.register_autograd(_det_backward, setup_context=_det_setup)
-_det_lu.register_autograd(_det_backward, setup_context=_det_setup)
+_inv_small_ex.register_autograd(_sharding.mixable(_inv_backward), setup_context=_inv_setup)
+_det_small.register_autograd(_sharding.mixable(_det_backward), setup_context=_det_setup)
+_det_lu.register_autograd(_sharding.mixable(_det_backward), setup_context=_det_setup)
 
 
 class _Inverse(torch.autograd.Function):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, triangular
+from . import _checks, _dispatch, _sharding, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, fits, groups_for, launch
 
@@ -384,7 +384,7 @@ def _lu_backward(ctx, grad_LU, _grad_pivots, _grad_info):
     return _lu_vjp(LU, pivots, grad_LU), None, None
 
 
-_lu_factor_op.register_autograd(_lu_backward, setup_context=_lu_setup)
+_lu_factor_op.register_autograd(_sharding.mixable(_lu_backward), setup_context=_lu_setup)
 
 
 class _Factor(torch.autograd.Function):
@@ -457,7 +457,7 @@ def _determinant_from(LU: torch.Tensor, pivots: torch.Tensor, logarithmic: bool)
 
 def _inverse_from(LU: torch.Tensor, pivots: torch.Tensor) -> torch.Tensor:
     n = LU.shape[-1]
-    identity = torch.eye(n, dtype=LU.dtype, device=LU.device).expand_as(LU)
+    identity = _sharding.expanded_like(torch.eye(n, dtype=LU.dtype, device=LU.device), LU)
     return _lu_solve(LU, pivots, identity, True, False)
 
 
@@ -472,7 +472,7 @@ def _check_pair(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: 
 def _first_failure(info: torch.Tensor) -> tuple[int, str] | None:
     """(1-based zero pivot, "(Batch element b): " or "") of the first failed matrix, or
     None (synchronises with the device)."""
-    flat = info.reshape(-1)
+    flat = _checks.whole(info).reshape(-1)
     failed = torch.nonzero(flat > 0)
     if failed.numel() == 0:
         return None
@@ -784,7 +784,7 @@ def _slogdet_backward(ctx, g_sign, g_logabs):
     return factor.to(A.dtype)[..., None, None] * inverse.mH
 
 
-_slogdet_op.register_autograd(_slogdet_backward, setup_context=_slogdet_setup)
+_slogdet_op.register_autograd(_sharding.mixable(_slogdet_backward), setup_context=_slogdet_setup)
 _Slogdet = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.slogdet, _slogdet_setup, _slogdet_backward)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, triangular
+from . import _checks, _dispatch, _sharding, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, fits, groups_for, launch
 
@@ -250,7 +250,7 @@ def _householder_functorch_backward(ctx, grad):
     return torch.func.vjp(_householder_reference, A, tau)[1](grad)
 
 
-_householder_op.register_autograd(_householder_backward, setup_context=_householder_setup)
+_householder_op.register_autograd(_sharding.mixable(_householder_backward), setup_context=_householder_setup)
 # The JVP is the transposed VJP, as qr's: torch.func.jvp of the reference, nested in the
 # JVP of a dual tensor's forward mode, would be a second forward-mode level, which torch
 # does not support; torch.func.vjp of the VJP needs none.
@@ -359,7 +359,7 @@ def _right_solve_adjoint(R: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return triangular.solve_triangular(R.mH, B, upper=False, left=False)
 
 
-_qr_op.register_autograd(_qr_backward, setup_context=_qr_setup)
+_qr_op.register_autograd(_sharding.mixable(_qr_backward), setup_context=_qr_setup)
 _Qr = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.qr, _qr_setup, _qr_backward)
 
 

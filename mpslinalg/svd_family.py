@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, qr_family
+from . import _checks, _dispatch, _sharding, qr_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, fits, groups_for, launch
 
@@ -256,7 +256,7 @@ def _svd_backward(ctx, gU, gS, gVh):
     return _svd_vjp(U, S, Vh, gU, gS, gVh), None
 
 
-_svd_op.register_autograd(_svd_backward, setup_context=_svd_setup)
+_svd_op.register_autograd(_sharding.mixable(_svd_backward), setup_context=_svd_setup)
 
 
 def _svd_even_phases(ctx, tangents):
@@ -437,7 +437,7 @@ def _pinv_backward(ctx, g):
     return _pinv_vjp(A, X, g), None, None
 
 
-_pinv_op.register_autograd(_pinv_backward, setup_context=_pinv_setup)
+_pinv_op.register_autograd(_sharding.mixable(_pinv_backward), setup_context=_pinv_setup)
 _Pinv = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.pinv, _pinv_setup, _pinv_backward)
 
 

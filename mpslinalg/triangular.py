@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch
+from . import _checks, _dispatch, _sharding
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import launch
 
@@ -299,7 +299,7 @@ def _sum_to(G: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return G.reshape(-1, *shape).sum(0) if G.numel() else G.new_zeros(shape)
 
 
-_solve_triangular.register_autograd(_backward, setup_context=_setup)
+_solve_triangular.register_autograd(_sharding.mixable(_backward), setup_context=_setup)
 
 
 @_solve_triangular.register_vmap
@@ -487,7 +487,7 @@ def _tril_inverse_backward(ctx, grad):
     return _project(-(Xh @ grad @ Xh), upper=False, unit=ctx.unit), None
 
 
-_tril_inverse.register_autograd(_tril_inverse_backward, setup_context=_tril_inverse_setup)
+_tril_inverse.register_autograd(_sharding.mixable(_tril_inverse_backward), setup_context=_tril_inverse_setup)
 
 
 def _chunk_table(T: int, batch: int, chunk: int, cu_seqlens: torch.Tensor | None, device) -> torch.Tensor:
@@ -597,10 +597,15 @@ def _chunk_rows(chunks: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Te
 
 
 def _solve_tril_backward(ctx, grad):
+    X, chunks = ctx.saved_tensors
+    return _solve_tril_gradient(X, grad, chunks), None
+
+
+@_sharding.on_local_shards  # index_put has no DTensor rule; sequences are independent
+def _solve_tril_gradient(X: torch.Tensor, grad: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
     # X = (I + A)^-1 per chunk: dA = -tril_-1(X^T G X^T) per chunk, A strictly lower.
     # Chunks are gathered into (chunks, H, BT, BT), rows outside a short chunk as zeros,
     # which leaves each chunk's own block of the product unchanged.
-    X, chunks = ctx.saved_tensors
     batch, T, heads, size = X.shape
     if chunks.numel() == 0:
         chunks = _chunk_table(T, batch, size, None, X.device)
@@ -616,14 +621,14 @@ def _solve_tril_backward(ctx, grad):
     # element count would synchronise with the device.
     out = torch.zeros(batch * T, heads, size, dtype=grad.dtype, device=grad.device)
     out.index_put_((index.reshape(-1),), (dA.permute(0, 2, 1, 3) * mask).reshape(-1, heads, size), accumulate=True)
-    return out.reshape(X.shape), None
+    return out.reshape(X.shape)
 
 
 def _solve_tril_setup(ctx, inputs, output):
     ctx.save_for_backward(output, inputs[1])
 
 
-_solve_tril_op.register_autograd(_solve_tril_backward, setup_context=_solve_tril_setup)
+_solve_tril_op.register_autograd(_sharding.mixable(_solve_tril_backward), setup_context=_solve_tril_setup)
 
 
 def _solve_tril_reference(A: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
