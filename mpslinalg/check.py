@@ -528,6 +528,9 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
         for chunk in (16, 32, 64):
             A = torch.from_numpy(rng.standard_normal((2, 3 * chunk, 2, chunk)) * 0.1).to(dtype).to(device)
             yield "solve_tril", f"2x{3 * chunk}x2x{chunk}", lambda A=A: _solve_tril_ratio(A, LA.solve_tril(A, output_dtype=A.dtype))
+    if dtype.is_complex:  # eig_small's instances are complex (real input runs them too)
+        general = testing.nonnormal_batch((300,), 6, dtype, rng, cond=10.0).to(device)
+        yield "eig", "300x6x6", lambda: max(testing.eig_ratios(general, *LA.eig(general)))
     for n in KERNEL_SIZES:  # matrix_exp: every N of the squaring kernel (norms past theta_7: squarings), products past them
         A = _expm_batch(rng, 3, n, dtype, 5.0, 20.0).to(device)
         yield "matrix_exp", f"3x{n}x{n}", lambda A=A: matrix_exp_ratio(A, matrix_exp(A))

@@ -5,7 +5,7 @@ Built on mpslinalg's own functions, so that they run on its kernels where a kern
 runtime serves the tensors (and on torch.linalg where none does, as every family):
 
 - ``cond``: the 2-norm and nuclear-norm condition numbers from the singular values
-  (``svdvals``; ``svd`` where a gradient is recorded, see ``_SingularValues``); the
+  (``svdvals``); the
   others as torch forms them, ||A|| ||A^-1||, with ``inv_ex`` (inf for a singular
   matrix, no error).
 - ``matrix_norm`` and ``norm``: ord 2, -2 and 'nuc' from the singular values, as
@@ -46,6 +46,9 @@ from .lu_family import solve
 from .svd_family import svd, svdvals
 
 TORCH = _dispatch.TORCH
+# The functions that are torch's own (no kernel runs in them).
+FORWARDED_TO_TORCH = ("vector_norm", "cross", "multi_dot", "vecdot", "vander", "diagonal", "matmul",
+                      "ldl_factor", "ldl_factor_ex", "ldl_solve")
 # Newer than torch 2.7, mpslinalg's oldest torch: None where the installed torch lacks them.
 TORCH_MATRIX_SQRTH = getattr(TORCH, "matrix_sqrth", None)
 TORCH_POLAR = getattr(TORCH, "polar", None)
