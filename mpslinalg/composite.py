@@ -34,6 +34,7 @@ matrix_power's products into ``out``.)
 
 from __future__ import annotations
 
+import collections
 import math
 
 import torch
@@ -52,6 +53,10 @@ FORWARDED_TO_TORCH = ("vector_norm", "cross", "multi_dot", "vecdot", "vander", "
 # Newer than torch 2.7, mpslinalg's oldest torch: None where the installed torch lacks them.
 TORCH_MATRIX_SQRTH = getattr(TORCH, "matrix_sqrth", None)
 TORCH_POLAR = getattr(TORCH, "polar", None)
+# torch's result type of linalg.polar; a torch without the function (before 2.14) has none: a
+# named tuple of the same fields.
+_POLAR_RESULT = getattr(torch.return_types, "linalg_polar", None)
+_PolarResult = collections.namedtuple("linalg_polar", ["U", "H"])
 SVD_ORDERS = (2, -2, "nuc")  # the matrix norms that are functions of the singular values
 
 
@@ -288,6 +293,10 @@ def _check_polar(A: torch.Tensor) -> None:
         raise RuntimeError(f"linalg.polar: input must have at least as many rows as columns, but got {m} by {n} matrices")
 
 
+def _polar_result(pair):
+    return _POLAR_RESULT(pair) if _POLAR_RESULT is not None else _PolarResult(*pair)
+
+
 def polar(A: torch.Tensor, *, out=None):
     """The polar decomposition A = U H, like ``torch.linalg.polar``: U with
     orthonormal columns, the closest such matrix to A in the Frobenius norm, and H
@@ -324,10 +333,10 @@ def polar(A: torch.Tensor, *, out=None):
             return TORCH_POLAR(A, out=out)
         _check_polar(A)
         _checks.out_without_grad("linalg_polar", out, A)
-        return torch.return_types.linalg_polar(_checks.into_each(out, _polar(A, kernels=False)))
+        return _polar_result(_checks.into_each(out, _polar(A, kernels=False)))
     _check_polar(A)
     _checks.out_without_grad("linalg_polar", out, A)
-    return torch.return_types.linalg_polar(_checks.into_each(out, _polar(A, kernels=True)))
+    return _polar_result(_checks.into_each(out, _polar(A, kernels=True)))
 
 
 # --- norms and condition numbers ---

@@ -84,6 +84,10 @@ WITHOUT_OPINFO = {
     "solve_tril": "flash-linear-attention's chunked (I + A)^-1; torch has no such function",
     "tril_inverse": "torch has no triangular inverse (torch.linalg.inv takes any matrix)",
 }
+# torch.linalg's newer functions: an older torch has neither them nor their OpInfos (and its
+# torch.polar is another function, the complex number of a modulus and an angle).
+WITHOUT_OPINFO.update({name: f"torch {torch.__version__} has no torch.linalg.{name}"
+                       for name in ("matrix_sqrth", "polar") if not hasattr(torch.linalg, name)})
 OURS = {opinfo_name(name): name for name in LA.__all__ if name not in WITHOUT_OPINFO}
 
 
