@@ -109,6 +109,8 @@ def inputs(device):
 
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_function_compiles_without_graph_breaks(device, name):
+    if name == "lu_unpack" and torch.__version__ < "2.8":
+        pytest.skip("torch 2.7's Dynamo fails inside on torch.return_types.lu_unpack (VariableTracker dynamic_attributes)")
     torch._dynamo.reset()
     A, B = inputs(device)
     call = CALLS[name]
