@@ -3,7 +3,7 @@
 The same kernels run on CUDA (NVRTC) and, for tests, on the CPU (OpenCL).
 """
 
-from . import _sharding
+from . import _checks, _dispatch, _sharding
 from ._dispatch import backends, use_backend
 from .cholesky_family import cholesky, cholesky_ex, cholesky_inverse, cholesky_solve
 from .composite import (
@@ -32,7 +32,10 @@ __version__ = "0.1.0"
 
 # A batch sharded over a device mesh (a DTensor) goes through every function with the
 # plain tensors the function makes (identities, masks) taken as replicated; any other
-# call pays one check of its arguments (_sharding.mixable).
+# call pays one check of its arguments (_sharding.mixable). Bad arguments get the error
+# of torch's function of the same name, as the installed torch words it (_checks.answers_as).
 for _name in set(__all__) - {"backends", "use_backend", "patch_torch", "unpatch_torch"}:
     globals()[_name] = _sharding.mixable(globals()[_name])
+    if hasattr(_dispatch.TORCH, _name):
+        globals()[_name] = _checks.answers_as(globals()[_name], getattr(_dispatch.TORCH, _name))
 del _name

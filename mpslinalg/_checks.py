@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 _TYPE_NAMES = {
     torch.float16: "Half",
@@ -25,6 +27,59 @@ _TYPE_NAMES = {
 def type_name(dtype: torch.dtype) -> str:
     """torch's ScalarType name, as its messages print it ("Float", "ComplexFloat")."""
     return _TYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+# Argument errors are torch's own: the checks below find bad input cheaply and word the
+# error as torch words it, but torch changes its words and types between releases (2.15
+# raises NotImplementedError for integer input to inv, det and cholesky, where 2.7 raised
+# RuntimeError). A public function therefore asks torch's own function, on the error path
+# only, what it raises for the same arguments (``answers_as``).
+
+
+def answers_as(function, torch_function):
+    """``function`` (a public function) whose argument errors are ``torch_function``'s.
+
+    Where ``function`` raises for its arguments, ``torch_function`` is called on the
+    same arguments (``out=`` on fresh tensors of the same shapes, so that nothing of the
+    caller's is written; MPS tensors on the CPU, where torch lacks some of these
+    functions and would raise for that instead) and what it raises is raised instead;
+    where torch accepts the arguments after all, ``function``'s own error stands.
+    Neither a LinAlgError (a matrix's values, reported from ``info``) nor running out of
+    memory is an argument error. The call that raises nothing pays one ``try``.
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except (torch.linalg.LinAlgError, torch.OutOfMemoryError):
+            raise
+        except (RuntimeError, ValueError, TypeError, IndexError) as error:  # NotImplementedError is a RuntimeError
+            torchs = None if torch.compiler.is_compiling() else torch_error(torch_function, args, kwargs)
+            if torchs is None:
+                raise
+            raise torchs from None
+
+    return wrapper
+
+
+def torch_error(torch_function, args: tuple, kwargs: dict) -> Exception | None:
+    """What ``torch_function(*args, **kwargs)`` raises, with ``out=`` on fresh tensors
+    and MPS tensors moved to the CPU; None where it returns or raises a LinAlgError."""
+    def host(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().cpu().requires_grad_(t.requires_grad) if t.device.type == "mps" else t
+
+    args = tree_map_only(torch.Tensor, host, args)
+    kwargs = dict(kwargs)
+    if kwargs.get("out") is not None:
+        kwargs["out"] = tree_map_only(torch.Tensor, lambda t: torch.empty_like(host(t).detach()), kwargs["out"])
+    try:
+        torch_function(*args, **tree_map_only(torch.Tensor, host, kwargs))
+    except torch.linalg.LinAlgError:
+        return None
+    except Exception as error:  # whatever torch raises is the answer
+        return error
+    return None
 
 
 def square(api: str, A: torch.Tensor, name: str = "A") -> None:

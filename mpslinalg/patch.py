@@ -31,9 +31,12 @@ import mpslinalg
 
 # What is patched besides torch.linalg: torch's functions of these names, and the Tensor
 # methods (where torch has them: Tensor.lu_unpack does not exist). ``_implementation``
-# maps each to mpslinalg's function.
-_TORCH_FUNCTIONS = ("inverse", "det", "slogdet", "logdet", "lu_unpack", "cholesky_solve", "cholesky_inverse", "geqrf", "ormqr")
-_TENSOR_METHODS = ("inverse", "det", "slogdet", "logdet", "cholesky_solve", "cholesky_inverse", "geqrf", "ormqr", "lu_unpack")
+# maps each to mpslinalg's function. (torch.cholesky, torch.svd, torch.lu_solve and
+# torch.pinverse, torch's deprecated spellings with other signatures or results, stay
+# torch's.)
+_TORCH_FUNCTIONS = ("inverse", "det", "slogdet", "logdet", "lu_unpack", "cholesky_solve", "cholesky_inverse", "geqrf",
+                    "ormqr", "orgqr", "matrix_exp", "matrix_power")
+_TENSOR_METHODS = _TORCH_FUNCTIONS
 
 
 def _slogdet(A: torch.Tensor, *, out=None):
@@ -46,13 +49,14 @@ def _inverse(A: torch.Tensor, *, out=None):
     return mpslinalg.inv(A, out=out)
 
 
+def _orgqr(A: torch.Tensor, tau: torch.Tensor, *, out=None):
+    """mpslinalg.householder_product: ``torch.orgqr`` is its other name."""
+    return mpslinalg.householder_product(A, tau, out=out)
+
+
 def _implementation(torch_name: str):
     """mpslinalg's function for ``torch.<torch_name>`` and ``Tensor.<torch_name>``."""
-    if torch_name == "inverse":
-        return _inverse
-    if torch_name == "slogdet":
-        return _slogdet
-    return getattr(mpslinalg, torch_name)
+    return {"inverse": _inverse, "slogdet": _slogdet, "orgqr": _orgqr}.get(torch_name) or getattr(mpslinalg, torch_name)
 
 
 def _replacement(implementation, original):
@@ -142,8 +146,9 @@ def patch_torch() -> TorchPatch:
     Replaced: ``torch.linalg.<name>`` for every name mpslinalg exports that torch.linalg
     has; ``torch.inverse`` (as ``torch.linalg.inv``), ``torch.det``, ``torch.slogdet``,
     ``torch.logdet``, ``torch.lu_unpack``, ``torch.cholesky_solve``,
-    ``torch.cholesky_inverse``, ``torch.geqrf``, ``torch.ormqr``; and the Tensor methods
-    of those names (``A.inverse()``, ``A.det()``, ...). Calls then take mpslinalg's
+    ``torch.cholesky_inverse``, ``torch.geqrf``, ``torch.ormqr``, ``torch.orgqr`` (as
+    ``torch.linalg.householder_product``), ``torch.matrix_exp``, ``torch.matrix_power``;
+    and the Tensor methods of those names (``A.inverse()``, ``A.det()``, ...). Calls then take mpslinalg's
     route: its kernels where it has them (MPS, CUDA, CPU with the OpenCL backend),
     torch's own functions elsewhere. Functions compiled by ``torch.jit.script`` while
     patched call torch's aten ops, as they would unpatched (see ``mpslinalg.patch``).

@@ -159,8 +159,17 @@ def test_compiled_model_matches_eager(device):
         torch.testing.assert_close(g, e)
 
 
+# Forwarded to torch, whose own CUDA path cannot be captured: torch.linalg.ldl_factor_ex's
+# cuSOLVER sytrf fails inside a capture (seen with torch 2.11 on an H100); mpslinalg has
+# no LDL kernel to capture instead.
+TORCH_NOT_CAPTURABLE = {"ldl_factor_ex": "torch's cuSOLVER sytrf (ldl_factor_ex is torch's own) fails under CUDA graph capture"}
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", sorted(set(CALLS) - SYNCHRONISING))
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.skip(reason=TORCH_NOT_CAPTURABLE[name])) if name in TORCH_NOT_CAPTURABLE else name
+    for name in sorted(set(CALLS) - SYNCHRONISING)
+])
 def test_cuda_graph_capture_and_replay(name):
     """Captured in a CUDA graph (no host synchronisation, launches on the current stream,
     memory from torch's allocator), replayed on new data: eager's results."""

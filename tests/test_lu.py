@@ -579,13 +579,13 @@ def test_lu_unpack_errors_as_torch(device):
         ((LU, pivots[:1]), {}),  # batch dims differ
         ((LU, pivots[..., :2]), {}),  # not min(m, n) pivots
     ]:
-        with pytest.raises(Exception) as expected:
-            torch.lu_unpack(*(a.cpu() for a in args), **kwargs)
+        with pytest.raises(Exception) as expected:  # torch on the same device
+            torch.lu_unpack(*args, **kwargs)
         with pytest.raises(expected.type, match=re.escape(str(expected.value))):
             LA.lu_unpack(*args, **kwargs)
     # Without unpack_pivots, torch reads neither the pivots' dtype nor their shape.
     got = LA.lu_unpack(LU, pivots[:1].long(), unpack_pivots=False)
-    torch.testing.assert_close(got.U.cpu(), torch.lu_unpack(LU.cpu(), pivots[:1].long().cpu(), unpack_pivots=False).U)
+    torch.testing.assert_close(got.U, torch.lu_unpack(LU, pivots[:1].long(), unpack_pivots=False).U)
 
 
 def test_lu_unpack_out(device):

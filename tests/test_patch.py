@@ -68,11 +68,11 @@ def test_patch_replaces_every_name_and_restore_puts_back_the_originals():
             assert getattr(torch.linalg, name).replaces is before[(torch.linalg, name)][0], name
         for name in patch_module._TORCH_FUNCTIONS:
             assert getattr(torch, name).replaces is before[(torch, name)][0], name
-        for name in ("inverse", "det", "slogdet", "logdet", "cholesky_solve", "cholesky_inverse", "geqrf", "ormqr"):
+        for name in set(patch_module._TENSOR_METHODS) - {"lu_unpack"}:  # torch has no Tensor.lu_unpack
             assert getattr(torch.Tensor, name).replaces is before[(torch.Tensor, name)][0], name
         untouched = [key for key in before if hasattr(torch.linalg, key[1]) and key[0] is torch.linalg
                      and key[1] not in linalg_names]
-        assert untouched and all(getattr(o, n) is before[(o, n)][0] for o, n in untouched)  # e.g. LinAlgError, matrix_exp
+        assert untouched and all(getattr(o, n) is before[(o, n)][0] for o, n in untouched)  # e.g. LinAlgError, common_notes
         assert handle.active
     finally:
         handle.restore()
@@ -159,6 +159,12 @@ TORCH_CALLS = {
     "Tensor.geqrf": lambda: A5.geqrf(),
     "torch.ormqr": lambda: torch.ormqr(*QR_REFLECTORS, B5),
     "Tensor.ormqr": lambda: QR_REFLECTORS[0].ormqr(QR_REFLECTORS[1], B5),
+    "torch.orgqr": lambda: torch.orgqr(*QR_REFLECTORS),
+    "Tensor.orgqr": lambda: QR_REFLECTORS[0].orgqr(QR_REFLECTORS[1]),
+    "torch.matrix_exp": lambda: torch.matrix_exp(A5 / 8),
+    "Tensor.matrix_exp": lambda: (A5 / 8).matrix_exp(),
+    "torch.matrix_power": lambda: torch.matrix_power(A5, -2),  # n < 0 runs mpslinalg's inv
+    "Tensor.matrix_power": lambda: A5.matrix_power(-2),
     "torch.linalg.inv_ex": lambda: torch.linalg.inv_ex(A5),
     "torch.linalg.eigh": lambda: torch.linalg.eigh(S5).eigenvalues,
 }
