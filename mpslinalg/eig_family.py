@@ -41,7 +41,8 @@ EIG_SMALL = Kernel(
     instances=({"GROUP": GROUP},),
     group_size=GROUP,
     template=lambda GROUP: (GROUP,),
-    dtypes=(torch.complex64, torch.complex128),
+    # Every floating dtype (the default): complex ones run cgeev's path, real ones
+    # sgeev's, with z and w the complex outputs as pairs of reals (torch.view_as_real).
 )
 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
@@ -49,9 +50,6 @@ _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 def _complex_dtype(dtype: torch.dtype) -> torch.dtype:
     return _COMPLEX.get(dtype, dtype)
-
-
-KERNEL_DTYPE_OF = _complex_dtype  # real input runs the complex kernel (the kernel table reads this)
 
 
 def _by_torch(A: torch.Tensor, vectors: bool):
@@ -74,15 +72,21 @@ def _eig_body(A: torch.Tensor, vectors: bool) -> tuple[torch.Tensor, torch.Tenso
     dtype = _complex_dtype(A.dtype)
     if n > KERNEL_SIZES_UP_TO:
         return _by_torch(A, vectors)
-    # The kernel's workspace: A as complex, overwritten (a copy even where A is complex).
-    H = torch.empty((count, n, n), dtype=dtype, device=A.device)
+    # The kernel's workspace: a copy of A (overwritten).
+    H = torch.empty((count, n, n), dtype=A.dtype, device=A.device)
     H.copy_(A.reshape(count, n, n))
     # The outputs in their own shapes (forward mode rejects outputs that are views).
     w = A.new_empty((*batch, n), dtype=dtype)
     V = A.new_empty((*batch, n, n) if vectors else (0,), dtype=dtype)
-    work = A.new_empty((count, 3 * n), dtype=dtype)
+    if A.is_complex():  # cgeev: the solution, an eigenvector, the balancing
+        work = A.new_empty((count, 3 * n))
+    else:  # sgeev: 6n reals (a pair's complex solution, an eigenvector, the balancing, column norms), Z
+        work = A.new_empty((count, 6 * n + (n * n if vectors else 0)))
     if count and n:
-        for matrices, tensors in batches(count, H, V.view(count, n * n) if vectors else V, w.view(count, n), work):
+        ws, Vs = w.view(count, n), V.view(count, n * n) if vectors else V
+        if not A.is_complex():  # the complex outputs as pairs of reals
+            ws, Vs = torch.view_as_real(ws), torch.view_as_real(Vs) if vectors else Vs.new_empty(0, dtype=A.dtype)
+        for matrices, tensors in batches(count, H, Vs, ws, work):
             launch(EIG_SMALL, groups_for(matrices, GROUP), *tensors, n, int(vectors), matrices, GROUP=GROUP)
     return w, V
 
