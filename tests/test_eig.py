@@ -1,6 +1,9 @@
 """eig and eigvals against SciPy and torch, with LAPACK's ratios (sget22):
 ||A V - V diag(w)||_1 / (n ||A||_1 ||V||_1 eps) and the eigenvectors' unit norms below 15,
-and each eigenvalue within n ||A||_1 eps times its condition number of SciPy's."""
+and each eigenvalue within n ||A||_1 eps times its condition number of SciPy's. Real
+input has sgeev's structure: real eigenvalues with an imaginary part of exactly 0 and
+real eigenvectors, complex ones in adjacent exactly conjugate pairs (positive imaginary
+part first), with exactly conjugate eigenvectors."""
 
 from unittest import mock
 
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import supported
 from mpslinalg import eig_family
 from mpslinalg.eig_family import eig, eigvals
-from mpslinalg.testing import THRESHOLD, eig_ratios, nonnormal_batch
+from mpslinalg.testing import THRESHOLD, eig_ratios, haar, hermitian_batch, nonnormal_batch
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
@@ -32,8 +35,51 @@ def check_eig(A, w, V=None):
             size = v.abs()
             largest = size >= size.amax(-2, keepdim=True) * (1 - 8 * torch.finfo(size.dtype).eps)
             assert (largest & (v.imag == 0) & (v.real > 0)).any(-2).all()
+    if not A.is_complex():
+        check_real_structure(w, V)
     ratios = eig_ratios(A.cpu(), w.cpu(), None if V is None else V.cpu())
     assert max(ratios) < THRESHOLD, ratios
+
+
+def bits(t):
+    """The bit patterns of a complex tensor's parts (an exact comparison that tells -0 from 0
+    and compares NaN)."""
+    parts = torch.view_as_real(t.cpu().resolve_conj()).contiguous()
+    return parts.view(torch.int32 if parts.dtype == torch.float32 else torch.int64)
+
+
+def check_real_structure(w, V=None):
+    """sgeev's structure of the eigenpairs of a real matrix: walking each matrix's
+    eigenvalues, a real one has an imaginary part of exactly 0 and (with V) an exactly
+    real eigenvector whose largest component is positive (of components equal to
+    rounding, one); a complex one has a positive
+    imaginary part and is followed by its exact conjugate, whose eigenvector is the
+    conjugate of its own. Returns the number of real eigenvalues."""
+    n = w.shape[-1]
+    w = w.cpu().reshape(-1, n) if n else w.cpu().reshape(0, 0)
+    V = None if V is None else V.cpu().reshape(w.shape[0], n, n)
+    real_count = 0
+    for m in range(w.shape[0]):
+        if torch.isnan(w[m]).any():
+            assert torch.isnan(w[m]).all()  # a matrix that is not decomposed is NaN throughout
+            continue
+        j = 0
+        while j < n:
+            if w[m, j].imag == 0:
+                real_count += 1
+                if V is not None:
+                    v = V[m, :, j]
+                    assert (v.imag == 0).all(), (m, j, v)
+                    size = v.real.abs()  # of components equal to rounding, one is the largest
+                    assert (v.real[size >= size.max() * (1 - 8 * torch.finfo(size.dtype).eps)] > 0).any()
+                j += 1
+                continue
+            assert w[m, j].imag > 0 and j + 1 < n, (m, j, w[m])
+            assert torch.equal(bits(w[m, j + 1]), bits(w[m, j].conj())), (m, j, w[m, j : j + 2])
+            if V is not None:  # in value (LAPACK's route, past n = 64, may leave a +0 for -0)
+                assert torch.equal(V[m, :, j + 1], V[m, :, j].conj().resolve_conj()), (m, j)
+            j += 2
+    return real_count
 
 
 def general(shape, n, dtype, cond=10.0, scale=1.0):
@@ -98,6 +144,173 @@ def test_eig_of_special_matrices(device, name, dtype):
     check_eig(A, w, V)
 
 
+REAL = [torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", REAL, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+def test_random_real_matrices_have_sgeev_structure(device, n, dtype):
+    # Gaussian matrices: real eigenvalues exactly real, the others in exact conjugate
+    # pairs, as many real ones as LAPACK's dgeev finds in float64 on the stored matrix.
+    supported(device, dtype)
+    A = torch.from_numpy(np.random.default_rng(100 + n).standard_normal((4, n, n))).to(dtype)
+    w, V = eig(A.to(device))
+    check_eig(A, w, V)
+    reference = np.linalg.eigvals(A.double().numpy()) if n else np.zeros((4, 0))
+    assert check_real_structure(w, V) == int((reference.imag == 0).sum())
+
+
+@pytest.mark.parametrize("dtype", REAL, ids=str)
+def test_companion_matrix_roots(device, dtype):
+    # Roots 3, -2, 1/2, 1 +- 2i, -1/2 +- i/4 of a real polynomial: three exactly real
+    # eigenvalues and two exactly conjugate pairs.
+    supported(device, dtype)
+    A = companion([3.0, -2.0, 0.5, 1 + 2j, 1 - 2j, -0.5 + 0.25j, -0.5 - 0.25j]).to(dtype)
+    w, V = eig(A.to(device))
+    check_eig(A, w, V)
+    assert check_real_structure(w, V) == 3
+    real = w[w.imag == 0].real.cpu().double().sort().values
+    torch.testing.assert_close(real, torch.tensor([-2.0, 0.5, 3.0], dtype=torch.float64), rtol=1e3 * torch.finfo(dtype).eps, atol=0)
+
+
+def kornia_companions(rng, count):
+    """Companion matrices of degree-ten polynomials as kornia's five-point solver builds
+    them (kornia.geometry.epipolar.essential: ones on the superdiagonal, the last row
+    -c_0..c_9 / c_10), with 0, 2, ..., 10 real roots (spread over [-2.5, 2.5], at least
+    1/2 apart) and the others in pairs a +- ib, b >= 0.3; and the number of real roots."""
+    matrices, real_counts = [], []
+    for index in range(count):
+        real = 2 * (index % 6)
+        roots = list(rng.choice(np.linspace(-2.5, 2.5, 11), real, replace=False))
+        for _ in range((10 - real) // 2):
+            a, b = rng.uniform(-2, 2), rng.uniform(0.3, 1.5)
+            roots += [a + 1j * b, a - 1j * b]
+        c = np.poly(roots)[::-1].real * rng.uniform(0.5, 2)  # z^0 first
+        m = np.zeros((10, 10))
+        m[:9, 1:] = np.eye(9)
+        m[9] = -c[:10] / c[10]
+        matrices.append(m)
+        real_counts.append(real)
+    return torch.from_numpy(np.array(matrices)), torch.tensor(real_counts)
+
+
+@pytest.mark.parametrize("dtype", REAL, ids=str)
+def test_kornia_companion_matrices_keep_every_real_root(device, dtype):
+    # The client: kornia keeps the eigenvalues with |imag| <= 1e-10 max(1, |z|) as the
+    # polynomial's real roots; with the imaginary parts of real input's real eigenvalues
+    # of order eps ||A|| (complex arithmetic), it kept none of them.
+    supported(device, dtype)
+    A, real_counts = kornia_companions(np.random.default_rng(11), 24)
+    A = A.to(dtype)
+    w = eigvals(A.to(device))
+    kept = w.imag.abs() < 1e-10
+    assert torch.equal(kept.sum(-1).cpu(), real_counts)
+    assert torch.equal(kept.cpu(), w.imag.cpu() == 0)
+    check_eig(A, w)
+    w2, V = eig(A.to(device))
+    torch.testing.assert_close(w2, w, rtol=0, atol=0)
+    check_eig(A, w2, V)
+
+
+@pytest.mark.parametrize("dtype", REAL, ids=str)
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 17, 33, 64])
+def test_symmetric_real_input_has_real_eigenpairs(device, n, dtype):
+    supported(device, dtype)
+    A = hermitian_batch((3,), n, dtype, rng, definite=False)
+    w, V = eig(A.to(device))
+    check_eig(A, w, V)
+    assert (w.imag == 0).all() and (V.imag == 0).all()
+    assert (eigvals(A.to(device)).imag == 0).all()
+
+
+def quasi_triangular(n, rng, upper=1.0):
+    """A real upper quasi-triangular matrix of 1 x 1 and 2 x 2 diagonal blocks in random
+    order, Gaussian entries times ``upper`` above them; its real eigenvalues distinct points
+    of a grid of spacing 16 / (2n), its pairs a +- ib with b >= 1/2. Half of the 2 x 2 blocks
+    hold a complex pair ((a - d)^2 + 4 bc < 0), half two real eigenvalues (a triangle turned
+    by a rotation: not in standard form). Returns it and its number of real eigenvalues."""
+    t = np.triu(rng.standard_normal((n, n)), 1) * upper
+    grid = iter(rng.permutation(np.linspace(-8, 8, 2 * n + 1)))
+    j, real, pairs = 0, 0, 0
+    while j < n:
+        if j + 1 < n and rng.uniform() < 0.6:
+            if pairs % 2 == 0:
+                a, d = rng.standard_normal(2)
+                b = 1 + abs(rng.standard_normal())
+                c = -((a - d) ** 2 / (4 * b) + 0.25 + abs(rng.standard_normal()))
+                block = [[a, b], [c, d]]
+            else:
+                angle = rng.uniform(0, 2 * np.pi)
+                g = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+                block = g @ np.array([[next(grid), rng.standard_normal()], [0, next(grid)]]) @ g.T
+                real += 2
+            t[j:j + 2, j:j + 2] = block
+            pairs, j = pairs + 1, j + 2
+        else:
+            t[j, j] = next(grid)
+            real, j = real + 1, j + 1
+    return t, real
+
+
+@pytest.mark.parametrize("dtype", REAL, ids=str)
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 16, 33, 64])
+def test_block_triangular_real_matrices(device, n, dtype):
+    # Quasi-triangular matrices as they are (already Hessenberg, blocks not in standard
+    # form: their eigenvalues' kind is decided by slanv2 alone, whatever their condition),
+    # the same turned by an orthogonal Q (Q T Q^T, the part above the blocks 1/10 of the
+    # size to keep them well conditioned), and block upper triangular [[B, C], [0, D]] of
+    # dense Gaussian blocks.
+    supported(device, dtype)
+    local = np.random.default_rng(200 + n)
+    matrices, counts = [], []
+    for upper in (1.0, 0.1):
+        t, real = quasi_triangular(n, local, upper)
+        q = haar(n, local, False)
+        matrices += [t, q @ t @ q.T] if upper < 1 else [t]
+        counts += [real, real] if upper < 1 else [real]
+    half = n // 2
+    block = np.triu(local.standard_normal((n, n)))
+    block[:half, :half] = local.standard_normal((half, half))
+    block[half:, half:] = local.standard_normal((n - half, n - half))
+    matrices.append(block)
+    A = torch.from_numpy(np.array(matrices)).to(dtype)
+    w, V = eig(A.to(device))
+    check_eig(A, w, V)
+    for m, real in enumerate(counts):
+        assert check_real_structure(w[m], V[m]) == real, m
+    reference = np.linalg.eigvals(A[-1].double().numpy())
+    assert check_real_structure(w[-1], V[-1]) == int((reference.imag == 0).sum())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [16, 33, 64])
+def test_random_hessenberg_matrices(device, n, dtype):
+    # Gaussian upper Hessenberg matrices: LAPACK 3.4's balancing (sums off the diagonal)
+    # scaled them by factors 2^20 apart and sget22's ratio reached 40 to 700; xgebal's
+    # 2-norms (LAPACK 3.5 on) keep it under 1, as LAPACK's.
+    supported(device, dtype)
+    local = np.random.default_rng(300 + n)
+    a = local.standard_normal((8, n, n)) + (1j * local.standard_normal((8, n, n)) if dtype.is_complex else 0)
+    A = torch.from_numpy(np.triu(a, -1)).to(dtype)
+    w, V = eig(A.to(device))
+    check_eig(A, w, V)
+
+
+@given(n=st.integers(1, 12), dtype=st.sampled_from(REAL), seed=st.integers(0, 2**32 - 1), spread=st.sampled_from([1, 2, 3]))
+def test_small_integer_real_matrices_property(device, n, dtype, seed, spread):
+    # Entries in -spread..spread: repeated, zero and defective eigenvalues, exactly
+    # triangular and singular matrices. sgeev's structure, sget22's residual and the
+    # unit norms (a defective eigenvalue has no first-order condition number to test
+    # it against).
+    supported(device, dtype)
+    A = torch.from_numpy(np.random.default_rng(seed).integers(-spread, spread + 1, (3, n, n))).to(dtype)
+    w, V = eig(A.to(device))
+    check_real_structure(w, V)
+    ratios = eig_ratios(A, w.cpu(), V.cpu())
+    assert ratios[0] < THRESHOLD and ratios[1] < THRESHOLD, ratios
+    torch.testing.assert_close(eigvals(A.to(device)), w, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("n", [2, 3, 8, 16])
 def test_defective_matrices_give_finite_accurate_eigenpairs(device, n):
     # A Jordan block's eigenvalue has condition number infinity: its computed values
@@ -111,22 +324,33 @@ def test_defective_matrices_give_finite_accurate_eigenpairs(device, n):
     assert (w.cpu() - 0.5).abs().max() < 4 * torch.finfo(torch.float32).eps ** (1 / n)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_nonfinite_input_gives_nan(device, value):
-    A = torch.randn(3, 5, 5)
+def test_nonfinite_input_gives_nan(device, value, dtype):
+    supported(device, dtype)
+    A = torch.randn(3, 5, 5, dtype=dtype)
     A[1, 2, 3] = value
     w, V = eig(A.to(device))
     assert torch.isnan(w[1]).all() and torch.isnan(V[1]).all()
     assert torch.isfinite(w[[0, 2]]).all() and torch.isfinite(V[[0, 2]]).all()
+    assert torch.isnan(eigvals(A.to(device))[1]).all()
 
 
-def test_batched_equals_one_at_a_time(device):
-    A = general((4,), 7, torch.complex64)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_batched_equals_one_at_a_time(device, dtype):
+    # For real input, matrices whose real eigenvalues and pairs fall in different places
+    # (Gaussian ones): OpenCL's CPU runtime runs a batch's matrices in the lanes of a vector,
+    # where loops that stepped by 1 or 2 columns a pass once mixed one lane's path with another's.
+    supported(device, dtype)
+    A = general((4,), 7, dtype)
+    if not dtype.is_complex:
+        A = torch.cat((A, torch.from_numpy(np.random.default_rng(5).standard_normal((36, 7, 7))).to(dtype)))
     w, V = eig(A.to(device))
-    for i in range(4):
+    for i in range(A.shape[0]):
         wi, Vi = eig(A[i].to(device))
         torch.testing.assert_close(wi, w[i], rtol=0, atol=0)
         torch.testing.assert_close(Vi, V[i], rtol=0, atol=0)
+    check_eig(A, w, V)
 
 
 def test_views_and_strides(device):
