@@ -262,8 +262,9 @@ def _eigh_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> It
 
 
 def _eig_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
-    """eig: sget22's residual, cgeev's unit norms and the eigenvalues against SciPy's
-    within their condition numbers, on non-normal matrices; eigvals' eigenvalues."""
+    """eig: sget22's residual, the unit norms and the eigenvalues against SciPy's within
+    their condition numbers, on non-normal matrices (cgeev's path for complex dtypes,
+    sgeev's real arithmetic for real ones); eigvals' eigenvalues."""
     name = str(dtype).removeprefix("torch.")
     for count, n in _cases([(4096, 3), (500, 8), (50, 32), (20, 64), (2, 100)], quick):
         A = testing.nonnormal_batch((count,), n, dtype, rng, cond=100.0).to(device)
@@ -528,12 +529,38 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
         for chunk in (16, 32, 64):
             A = torch.from_numpy(rng.standard_normal((2, 3 * chunk, 2, chunk)) * 0.1).to(dtype).to(device)
             yield "solve_tril", f"2x{3 * chunk}x2x{chunk}", lambda A=A: _solve_tril_ratio(A, LA.solve_tril(A, output_dtype=A.dtype))
-    if dtype.is_complex:  # eig_small's instances are complex (real input runs them too)
-        general = testing.nonnormal_batch((300,), 6, dtype, rng, cond=10.0).to(device)
-        yield "eig", "300x6x6", lambda: max(testing.eig_ratios(general, *LA.eig(general)))
+    # eig_small: cgeev's path for complex dtypes, sgeev's for real ones (pairs a +- ib and,
+    # at odd n, a real eigenvalue), over more than one threadgroup.
+    for n in (6, 7):
+        general = testing.nonnormal_batch((150,), n, dtype, rng, cond=10.0).to(device)
+        yield "eig", f"150x{n}x{n}", lambda general=general: _eig_ratio(general, *LA.eig(general))
     for n in KERNEL_SIZES:  # matrix_exp: every N of the squaring kernel (norms past theta_7: squarings), products past them
         A = _expm_batch(rng, 3, n, dtype, 5.0, 20.0).to(device)
         yield "matrix_exp", f"3x{n}x{n}", lambda A=A: matrix_exp_ratio(A, matrix_exp(A))
+
+
+def _eig_ratio(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor) -> float:
+    """The largest of eig's ratios (testing.eig_ratios); for real A infinity unless the
+    eigenpairs have sgeev's structure: a real eigenvalue's imaginary part and eigenvector
+    exactly real, the others in adjacent pairs a + ib, a - ib (b > 0) whose eigenvectors
+    are exact conjugates."""
+    ratio = max(testing.eig_ratios(A, w, V))
+    if A.is_complex():
+        return ratio
+    n = w.shape[-1]
+    for values, vectors in zip(w.cpu().reshape(-1, n), V.cpu().reshape(-1, n, n)):
+        j = 0
+        while j < n:
+            if values[j].imag == 0:
+                if (vectors[:, j].imag != 0).any():
+                    return float("inf")
+                j += 1
+            elif (values[j].imag > 0 and j + 1 < n and bool(values[j + 1] == values[j].conj())
+                  and torch.equal(vectors[:, j + 1], vectors[:, j].conj().resolve_conj())):
+                j += 2
+            else:
+                return float("inf")
+    return ratio
 
 
 def _limited(threads: int, calls) -> Iterator[Call]:

@@ -1,19 +1,23 @@
 """General eigenproblems: ``eig``, ``eigvals``.
 
-Kernel (``metal/eig.metal``, ``eig_small``): LAPACK's cgeev for batches of small
-matrices, a thread per matrix: scaling by a power of two and balancing (cgebal's
-scaling), Householder reduction to Hessenberg form (cgehd2), the single-shift
-QR algorithm (clahqr), eigenvectors by back substitution on the Schur form
-(ctrevc), normalised as cgeev's (unit 2-norm, largest component real). Real
-input is decomposed as complex: its eigenvalues come in conjugate pairs to
-rounding, not exactly (LAPACK's sgeev pairs them exactly), and a real
-eigenvalue may carry an imaginary part of order eps ||A||.
+Kernel (``metal/eig.metal``, ``eig_small``): LAPACK's geev for batches of small
+matrices, a thread per matrix. Both paths scale by a power of two and balance
+(xgebal's scaling) and reduce to Hessenberg form by Householder reflectors
+(xgehd2, Q accumulated as xunghr/xorghr). Complex input then follows cgeev: the
+single-shift QR algorithm (clahqr) and back substitution on the triangular Schur
+form (ctrevc). Real input follows sgeev in real arithmetic: Francis's double-shift
+QR to the real Schur form (slahqr, each 2 x 2 block in slanv2's standard form) and
+strevc's back substitution on the quasi-triangular form, so that a real eigenvalue
+has an imaginary part of exactly 0 and a real eigenvector, and complex ones come in
+adjacent, exactly conjugate pairs a + ib, a - ib (b > 0) with exactly conjugate
+eigenvectors, as sgeev's wr, wi and vr. Eigenvectors are normalised as cgeev's
+(unit 2-norm, largest component real and positive).
 
 n > KERNEL_SIZES_UP_TO runs torch.linalg.eig on the CPU (LAPACK), as torch's CUDA
 eig does; a copy to the host and back.
 
 No host synchronisation on the kernel path: non-finite input, and a QR iteration
-that does not converge (clahqr's limit, 30 max(10, n) iterations), give NaN
+that does not converge (the limit of clahqr and slahqr, 30 max(10, n) iterations), give NaN
 eigenvalues and eigenvectors where torch raises.
 
 Gradients: torch's ``linalg_eig_backward`` (with its error for a complex loss that
@@ -169,7 +173,10 @@ def eig(A: torch.Tensor, *, out=None):
     Each eigenvector has unit 2-norm and its largest component real and positive
     (LAPACK's cgeev's normalisation); the eigenvalues are in the order the QR
     algorithm finds them on the Schur form's diagonal, not sorted (torch promises no
-    order either). n <= 64 runs one kernel a call, a thread per matrix; larger n runs
+    order either). For real A, as LAPACK's sgeev: a real eigenvalue has an imaginary
+    part of exactly 0 and a real eigenvector; complex ones come in adjacent, exactly
+    conjugate pairs, the positive imaginary part first, whose eigenvectors are exact
+    conjugates. n <= 64 runs one kernel a call, a thread per matrix; larger n runs
     LAPACK on the CPU.
 
     Args:
@@ -212,7 +219,9 @@ def eigvals(A: torch.Tensor, *, out=None) -> torch.Tensor:
         out: optional tensor to write the result into.
 
     Returns:
-        ``(*, n)`` complex, in ``eig``'s order; NaN for non-finite input.
+        ``(*, n)`` complex, in ``eig``'s order (for real A: real eigenvalues with an
+        imaginary part of exactly 0, so that ``w.imag == 0`` selects them, and exactly
+        conjugate pairs); NaN for non-finite input.
 
     Raises:
         RuntimeError: torch's, for a non-square or integer A.

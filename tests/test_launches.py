@@ -91,7 +91,7 @@ BUDGETS = {
     "svd": (lambda x: LA.svd(x["M"]), 1, 0),
     "eigh": (lambda x: LA.eigh(x["H"]), 1, 0),
     "eigvalsh": (lambda x: LA.eigvalsh(x["H"]), 1, 0),
-    "eig": (lambda x: LA.eig(x["M"]), 1, 1),  # the copy into the kernel's complex workspace
+    "eig": (lambda x: LA.eig(x["M"]), 1, 1),  # the copy into the kernel's workspace (real input stays real)
     "eigvals": (lambda x: LA.eigvals(x["M"]), 1, 1),
     # The norm, the degree's coefficients and the polynomial in elementwise ops and products,
     # the solve's 4 kernels, the squaring kernel: a fused small-n kernel would make it one.
