@@ -235,6 +235,30 @@ def on_a_mac(monkeypatch) -> None:
     monkeypatch.setattr(torch.mps, "compile_shader", rejecting, raising=False)
 
 
+def test_unavailable_mps_is_explained_in_torchs_words(monkeypatch):
+    """On a Mac where torch's MPS is unavailable (torch 2.15 needs macOS 15, 2.14 needed
+    14; no Metal GPU in a virtual machine), the runtime's reason is what torch raises when
+    asked for an MPS tensor, so that ``info`` names the macOS release the installed torch
+    needs; where torch raises nothing, a reason of ours."""
+    from mpslinalg.runtimes import metal
+
+    on_a_mac(monkeypatch)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    real_empty = torch.empty
+
+    def empty_as_on_macos_14(*args, device=None, **kwargs):
+        if device == "mps":  # torch 2.15's words on macOS 14 (libtorch_cpu's mps_unavailable_error)
+            raise RuntimeError("The MPS backend is supported on macOS 15.0+. \nCurrent OS version can be queried using `sw_vers`")
+        return real_empty(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(metal.torch, "empty", empty_as_on_macos_14)
+    status = MetalRuntime().status()
+    assert not status.usable
+    assert status.reason == "MPS unavailable: The MPS backend is supported on macOS 15.0+. Current OS version can be queried using `sw_vers`"
+    monkeypatch.setattr(metal.torch, "empty", lambda *a, device=None, **k: real_empty(*a, **k))
+    assert MetalRuntime().status().reason == "no Apple GPU available to MPS"
+
+
 @pytest.mark.parametrize("value, usable", [(None, True), ("0", True), ("1", False)])
 def test_fast_math_refuses_metal_with_a_clear_reason(monkeypatch, capsys, value, usable):
     """PYTORCH_MPS_FAST_MATH lets Apple's compiler assume no NaN or Inf, on which the

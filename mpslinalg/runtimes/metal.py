@@ -40,6 +40,17 @@ def fast_math() -> bool:
     return os.environ.get(FAST_MATH, "0").strip() not in ("", "0")
 
 
+def mps_unavailable_reason() -> str:
+    """Why MPS is unavailable, in torch's words where it has them: a tensor on "mps" then
+    raises its reason (torch 2.15: "The MPS backend is supported on macOS 15.0+", where
+    2.14 needed 14.0, or no supported Metal GPU, as in a virtual machine)."""
+    try:
+        torch.empty(0, device="mps")
+    except Exception as error:  # its message is the reason
+        return "MPS unavailable: " + " ".join(str(error).split())
+    return "no Apple GPU available to MPS"
+
+
 SIMD_WIDTH = 32
 
 
@@ -62,7 +73,7 @@ class MetalRuntime(Runtime):
         if release and int(release.split(".")[0]) < 14:
             return Status(False, f"macOS {release} too old (Metal 3.1 needs macOS 14)")
         if not torch.backends.mps.is_available():
-            return Status(False, "no Apple GPU available to MPS")
+            return Status(False, mps_unavailable_reason())
         if not hasattr(torch.mps, "compile_shader"):
             return Status(False, f"torch {torch.__version__} has no torch.mps.compile_shader (needs 2.7)")
         if fast_math():
