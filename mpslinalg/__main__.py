@@ -39,12 +39,9 @@ def kernel_table() -> str:
         kernels = [k for k in vars(module).values() if isinstance(k, Kernel)]
         if not kernels:
             continue  # backends, use_backend
-        # A family that decomposes real input as complex (eig) takes a real dtype where its
-        # complex one has a kernel.
-        as_kernel = getattr(module, "KERNEL_DTYPE_OF", lambda d: d)
         cells = []
         for runtime in names:
-            dtypes = [d for d in RUNTIMES[runtime].dtypes if any(k.exists(as_kernel(d), **v) for k in kernels for v in k.instances)]
+            dtypes = [d for d in RUNTIMES[runtime].dtypes if any(k.exists(d, **v) for k in kernels for v in k.instances)]
             cells.append(", ".join(str(d).removeprefix("torch.") for d in dtypes))
         if name == "solve_tril":  # computes in float32 whatever it is given
             cells = ["float32" for _ in cells]
