@@ -965,24 +965,30 @@ def merge(paths: list[str], markdown_path: str | None, json_path: str | None) ->
     runs, results = load(paths)
     title, setting = runs[0]["header"].split("\n\n")[:2]
     by_setting: dict[str, list[str]] = {}
-    for run in runs:
-        families = by_setting.setdefault(run["header"].split("\n\n")[1].split(". Time per call")[0], [])
-        families += [f for f in dict.fromkeys(r["family"] for r in run["results"]) if f not in families]
+    for run in runs:  # a merged report keeps its runs' settings (its "runs"), so that it can be merged again
+        own = {run["header"].split("\n\n")[1].split(". Time per call")[0]: list(dict.fromkeys(r["family"] for r in run["results"]))}
+        for where, run_families in run.get("runs", own).items():
+            families = by_setting.setdefault(where, [])
+            families += [f for f in run_families if f not in families]
     header = f"{title}\n\n{setting}"
     if len(by_setting) > 1:
         header += "\n\nRuns: " + "; ".join(f"{', '.join(families)} on {where}" for where, families in by_setting.items()) + "."
-    write(results, header, runs[0].get("peak"), markdown_path, json_path)
+    write(results, header, runs[0].get("peak"), markdown_path, json_path, by_setting)
     print(markdown(results, header, runs[0].get("peak")))
     return 0
 
 
-def write(results: list[Result], header: str, peak: float | None, markdown_path: str | None, json_path: str | None) -> None:
+def write(results: list[Result], header: str, peak: float | None, markdown_path: str | None, json_path: str | None,
+          runs: dict[str, list[str]] | None = None) -> None:
+    """The report as markdown and as JSON; a merged one's JSON also holds ``runs``, each
+    setting's families."""
     if markdown_path:
         with open(markdown_path, "w") as f:
             f.write(markdown(results, header, peak))
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"header": header, "peak": peak, "results": [asdict(r) | {"bandwidth": r.bandwidth} for r in results]}, f, indent=1)
+            json.dump({"header": header, "peak": peak, "results": [asdict(r) | {"bandwidth": r.bandwidth} for r in results]}
+                      | ({"runs": runs} if runs else {}), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -402,6 +402,11 @@ def test_bench_merges_runs_and_defaults_to_every_family(tmp_path, monkeypatch):
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# header\n\ninv run") and "Runs: inv on inv run; svd on svd run." in report
     assert "## inv" in report and "## svd" in report and "| svd case | mpslinalg.svd |  | 1.0000 |" in report
+    # A merged report merged again with a new run keeps each earlier run's setting.
+    bench.main(["--merge", *runs, "--json", str(tmp_path / "merged.json")])
+    bench.write([bench.Result("eig", "eig case", "mpslinalg.eig", 1e-3, 10**6)], "# header\n\neig run", None, None, str(tmp_path / "eig.json"))
+    assert bench.main(["--merge", str(tmp_path / "merged.json"), str(tmp_path / "eig.json"), "--markdown", str(tmp_path / "again.md")]) == 0
+    assert "Runs: inv on inv run; svd on svd run; eig on eig run." in (tmp_path / "again.md").read_text()
     ran = []
     monkeypatch.setattr(bench, "FAMILIES", {name: (lambda device, batch, name=name: ran.append(name) or []) for name in ("a", "b")})
     assert bench.main([]) == 0 and ran == ["a", "b"]
