@@ -69,12 +69,11 @@ def torch_error(torch_function, args: tuple, kwargs: dict) -> Exception | None:
     def host(t: torch.Tensor) -> torch.Tensor:
         return t.detach().cpu().requires_grad_(t.requires_grad) if t.device.type == "mps" else t
 
-    args = tree_map_only(torch.Tensor, host, args)
-    kwargs = dict(kwargs)
+    args, kwargs = tree_map_only(torch.Tensor, host, (args, kwargs))
     if kwargs.get("out") is not None:
-        kwargs["out"] = tree_map_only(torch.Tensor, lambda t: torch.empty_like(host(t).detach()), kwargs["out"])
+        kwargs["out"] = tree_map_only(torch.Tensor, lambda t: torch.empty_like(t.detach()), kwargs["out"])
     try:
-        torch_function(*args, **tree_map_only(torch.Tensor, host, kwargs))
+        torch_function(*args, **kwargs)
     except torch.linalg.LinAlgError:
         return None
     except Exception as error:  # whatever torch raises is the answer

@@ -148,10 +148,10 @@ def patch_torch() -> TorchPatch:
     ``torch.logdet``, ``torch.lu_unpack``, ``torch.cholesky_solve``,
     ``torch.cholesky_inverse``, ``torch.geqrf``, ``torch.ormqr``, ``torch.orgqr`` (as
     ``torch.linalg.householder_product``), ``torch.matrix_exp``, ``torch.matrix_power``;
-    and the Tensor methods of those names (``A.inverse()``, ``A.det()``, ...). Calls then take mpslinalg's
-    route: its kernels where it has them (MPS, CUDA, CPU with the OpenCL backend),
-    torch's own functions elsewhere. Functions compiled by ``torch.jit.script`` while
-    patched call torch's aten ops, as they would unpatched (see ``mpslinalg.patch``).
+    and the Tensor methods of those names (``A.inverse()``, ``A.det()``, ...). Calls then
+    take mpslinalg's route: its kernels where it has them (MPS, CUDA, CPU with the OpenCL
+    backend), torch's own functions elsewhere. Functions compiled by ``torch.jit.script``
+    while patched call torch's aten ops, as they would unpatched (see ``mpslinalg.patch``).
 
     The patch is process-wide (every thread sees it). Patching twice is safe: the
     inner handle puts the outer patch back, the outer one torch's originals
