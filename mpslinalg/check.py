@@ -541,26 +541,9 @@ def kernel_battery(device: torch.device, dtype: torch.dtype) -> Iterator[Call]:
 
 def _eig_ratio(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor) -> float:
     """The largest of eig's ratios (testing.eig_ratios); for real A infinity unless the
-    eigenpairs have sgeev's structure: a real eigenvalue's imaginary part and eigenvector
-    exactly real, the others in adjacent pairs a + ib, a - ib (b > 0) whose eigenvectors
-    are exact conjugates."""
+    eigenpairs have sgeev's structure (testing.real_eig_structure)."""
     ratio = max(testing.eig_ratios(A, w, V))
-    if A.is_complex():
-        return ratio
-    n = w.shape[-1]
-    for values, vectors in zip(w.cpu().reshape(-1, n), V.cpu().reshape(-1, n, n)):
-        j = 0
-        while j < n:
-            if values[j].imag == 0:
-                if (vectors[:, j].imag != 0).any():
-                    return float("inf")
-                j += 1
-            elif (values[j].imag > 0 and j + 1 < n and bool(values[j + 1] == values[j].conj())
-                  and torch.equal(vectors[:, j + 1], vectors[:, j].conj().resolve_conj())):
-                j += 2
-            else:
-                return float("inf")
-    return ratio
+    return ratio if A.is_complex() or testing.real_eig_structure(w, V) is not None else float("inf")
 
 
 def _limited(threads: int, calls) -> Iterator[Call]:

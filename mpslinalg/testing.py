@@ -348,3 +348,46 @@ def eig_ratios(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor | None) -> tupl
         rows, columns = linear_sum_assignment(distance)
         error = max(error, float(np.max(distance[rows, columns] / (n * norm * e * condition[columns]))))
     return residual, normalisation, error
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of a complex tensor's parts (an exact comparison that tells -0
+    from 0 and compares NaN)."""
+    parts = torch.view_as_real(t.cpu().resolve_conj()).contiguous()
+    return parts.view(torch.int32 if parts.dtype == torch.float32 else torch.int64)
+
+
+def real_eig_structure(w: torch.Tensor, V: torch.Tensor | None = None) -> int | None:
+    """The number of real eigenvalues where the eigenpairs of real matrices have sgeev's
+    structure, else None. Walking each matrix's eigenvalues, a real one has an imaginary
+    part of exactly 0 and (with V) an exactly real eigenvector whose largest component
+    is positive (of components equal to rounding, one); a complex one has a positive
+    imaginary part and is followed by its exact conjugate (bit for bit), whose
+    eigenvector is the conjugate of its own (in value: LAPACK's route past n = 64 may
+    leave a +0 for -0). A matrix that was not decomposed is NaN throughout."""
+    n = w.shape[-1]
+    w = w.cpu().reshape(-1, n) if n else w.cpu().reshape(0, 0)
+    V = None if V is None else V.cpu().reshape(w.shape[0], n, n)
+    real_count = 0
+    for m in range(w.shape[0]):
+        if torch.isnan(w[m]).any():
+            if not torch.isnan(w[m]).all():
+                return None
+            continue
+        j = 0
+        while j < n:
+            if w[m, j].imag == 0:
+                real_count += 1
+                if V is not None:
+                    v = V[m, :, j]
+                    size = v.real.abs()
+                    if (v.imag != 0).any() or not (v.real[size >= size.max() * (1 - 8 * torch.finfo(size.dtype).eps)] > 0).any():
+                        return None
+                j += 1
+                continue
+            if not (w[m, j].imag > 0 and j + 1 < n and torch.equal(_bits(w[m, j + 1]), _bits(w[m, j].conj()))):
+                return None
+            if V is not None and not torch.equal(V[m, :, j + 1], V[m, :, j].conj().resolve_conj()):
+                return None
+            j += 2
+    return real_count

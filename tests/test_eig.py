@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import supported
 from mpslinalg import eig_family
 from mpslinalg.eig_family import eig, eigvals
-from mpslinalg.testing import THRESHOLD, eig_ratios, haar, hermitian_batch, nonnormal_batch
+from mpslinalg.testing import THRESHOLD, eig_ratios, haar, hermitian_batch, nonnormal_batch, real_eig_structure
 
 DTYPES = [torch.float32, torch.complex64, torch.float64, torch.complex128]
 COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
@@ -41,44 +41,11 @@ def check_eig(A, w, V=None):
     assert max(ratios) < THRESHOLD, ratios
 
 
-def bits(t):
-    """The bit patterns of a complex tensor's parts (an exact comparison that tells -0 from 0
-    and compares NaN)."""
-    parts = torch.view_as_real(t.cpu().resolve_conj()).contiguous()
-    return parts.view(torch.int32 if parts.dtype == torch.float32 else torch.int64)
-
-
 def check_real_structure(w, V=None):
-    """sgeev's structure of the eigenpairs of a real matrix: walking each matrix's
-    eigenvalues, a real one has an imaginary part of exactly 0 and (with V) an exactly
-    real eigenvector whose largest component is positive (of components equal to
-    rounding, one); a complex one has a positive
-    imaginary part and is followed by its exact conjugate, whose eigenvector is the
-    conjugate of its own. Returns the number of real eigenvalues."""
-    n = w.shape[-1]
-    w = w.cpu().reshape(-1, n) if n else w.cpu().reshape(0, 0)
-    V = None if V is None else V.cpu().reshape(w.shape[0], n, n)
-    real_count = 0
-    for m in range(w.shape[0]):
-        if torch.isnan(w[m]).any():
-            assert torch.isnan(w[m]).all()  # a matrix that is not decomposed is NaN throughout
-            continue
-        j = 0
-        while j < n:
-            if w[m, j].imag == 0:
-                real_count += 1
-                if V is not None:
-                    v = V[m, :, j]
-                    assert (v.imag == 0).all(), (m, j, v)
-                    size = v.real.abs()  # of components equal to rounding, one is the largest
-                    assert (v.real[size >= size.max() * (1 - 8 * torch.finfo(size.dtype).eps)] > 0).any()
-                j += 1
-                continue
-            assert w[m, j].imag > 0 and j + 1 < n, (m, j, w[m])
-            assert torch.equal(bits(w[m, j + 1]), bits(w[m, j].conj())), (m, j, w[m, j : j + 2])
-            if V is not None:  # in value (LAPACK's route, past n = 64, may leave a +0 for -0)
-                assert torch.equal(V[m, :, j + 1], V[m, :, j].conj().resolve_conj()), (m, j)
-            j += 2
+    """Asserts sgeev's structure of real input's eigenpairs (testing.real_eig_structure);
+    returns the number of real eigenvalues."""
+    real_count = real_eig_structure(w, V)
+    assert real_count is not None, (w, V)
     return real_count
 
 
