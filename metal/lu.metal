@@ -116,22 +116,64 @@ METAL_FUNC T pivot_row_element(T mine, int source_lane, threadgroup T* source_ro
   return offered;
 }
 
-// sgetf2 / cgetf2 for m x n matrices with m, n <= N, a team of N threads per
-// matrix and TEAMS teams per threadgroup. Thread t holds row t in registers, in
-// blocks of CB columns (the block loop is unrolled, so every index is static,
-// and the step loop inside a block is not). Rows never move: each thread tracks
-// its row's position and every row is stored at its final position.
+// The small kernels give each matrix a team of N threads (TEAMS teams a
+// threadgroup); thread t of a team holds row t in registers. A team's matrix
+// moves between device memory and registers through its staging tile, WIDTH
+// columns at a time: a team reads and writes runs of its matrix's rows with
+// consecutive threads (one row per thread would touch a cache sector per thread
+// and access).
+template <int N>
+struct team_shape {
+  // Staged columns at a time, and a staged row's length, padded against bank conflicts.
+  enum : int { WIDTH = N < 32 ? N : 32, STRIDE = WIDTH + 1 };
+};
+
+// Rows 0..m-1 of A (m x n) into row[] of threads 0..m-1 of a team; zeros
+// elsewhere. Every thread takes part in the barriers; only a team with a matrix
+// (present) reads.
+template <typename T, int N>
+METAL_FUNC void load_rows(const device T* A, int m, int n, bool present, int t, threadgroup T* tile,
+                          thread T (&row)[N]) {
+  typedef typename scalar_traits<T>::real R;
+  const int WIDTH = team_shape<N>::WIDTH;
+  const int STRIDE = team_shape<N>::STRIDE;
+  #pragma unroll
+  for (int c0 = 0; c0 < N; c0 += WIDTH) {
+    for (int e = t; e < N * WIDTH; e += N) {
+      const int i = e / WIDTH;
+      const int k = c0 + e % WIDTH;
+      if (present && i < m && k < n) {
+        tile[i * STRIDE + k - c0] = load(A + i * n + k);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    #pragma unroll
+    for (int k = c0; k < c0 + WIDTH; ++k) {
+      row[k] = scalar_traits<T>::from_real(R(0));
+      if (present && t < m && k < n) {
+        row[k] = tile[t * STRIDE + k - c0];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+}
+
+// sgetf2 / cgetf2 on a team's rows, m, n <= N: row[] as load_rows leaves it,
+// factored in place. Blocks of CB columns (the block loop is unrolled, so every
+// index is static, and the step loop inside a block is not). Rows never move:
+// each thread tracks its row's position (position: t on entry, the row's
+// position in P^T A = L U on return), and pivot_rows[j] (the team's, N ints) is
+// the position step j's pivot row came from (sgetrf's ipiv - 1). Returns
+// the first j + 1 with u_jj == 0, else 0 (info).
 // A team of N <= 32 lies in one SIMD group: the pivot is found by a butterfly and
 // the pivot row read from its lane by shuffles, with no barrier. A team of 64 is
 // two SIMD groups: each offers its best row through threadgroup memory, double
 // buffered by step parity, so that one barrier a step suffices.
-//   a, lu: count x m x n; pivots: count x min(m, n) (1-based); info: count.
 //   pivoting = 0 factors without row interchanges (pivots are then 1..k).
 template <typename T, int N, int TEAMS>
-METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* pivots, device int* info, int m, int n,
-                                int count, int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
-                                threadgroup int* offered_positions, threadgroup T* offered_rows, threadgroup T* staging,
-                                thread_position pos) {
+METAL_FUNC int factor_rows(thread T (&row)[N], thread int& position, int m, int n, bool active, int pivoting,
+                           threadgroup int* pivot_rows, threadgroup typename scalar_traits<T>::real* offered_values,
+                           threadgroup int* offered_positions, threadgroup T* offered_rows, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   // Blocks of 4 columns waste the least on columns left of the step; a team of
   // 64 takes blocks of 8, which Intel's OpenCL compiler still builds (at 4 it
@@ -142,40 +184,8 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
   const int team = int(pos.thread_index) / N;
   const int t = int(pos.thread_index) % N;
   const int lane = int(pos.simd_lane);
-  const long matrix = long(pos.group_index) * TEAMS + team;
-  // Threads of a matrix past the batch end take part in every shuffle and barrier.
-  const bool active = matrix < count && t < m;
   const int steps = min(m, n);
   const T zero = scalar_traits<T>::from_real(R(0));
-
-  // The matrix moves between device memory and registers through threadgroup
-  // memory, WIDTH columns at a time: a team reads and writes runs of its
-  // matrix's rows with consecutive threads (one row per thread would touch a
-  // cache sector per thread and access).
-  const int WIDTH = N < 32 ? N : 32;
-  threadgroup T* tile = staging + team * N * (WIDTH + 1);
-  const device T* A = a + matrix * m * n;
-  T row[N];
-  #pragma unroll
-  for (int c0 = 0; c0 < N; c0 += WIDTH) {
-    for (int e = t; e < N * WIDTH; e += N) {
-      const int i = e / WIDTH;
-      const int k = c0 + e % WIDTH;
-      if (matrix < count && i < m && k < n) {
-        tile[i * (WIDTH + 1) + k - c0] = A[i * n + k];
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    #pragma unroll
-    for (int k = c0; k < c0 + WIDTH; ++k) {
-      row[k] = zero;
-      if (active && k < n) {
-        row[k] = tile[t * (WIDTH + 1) + k - c0];
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  int position = t;
   int first_zero = 0;
   #pragma unroll
   for (int c = 0; c < N / CB; ++c) {
@@ -223,8 +233,8 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
       }
       const int p = best.position / 32;
       const T pivot = pivot_row_element<T, SIMDS>(x, source_lane, source_row, j);
-      if (matrix < count && t == 0) {
-        pivots[matrix * steps + j] = p + 1;
+      if (t == 0) {
+        pivot_rows[j] = p;
       }
       const bool winner = active && position == p;
       if (position == j) {
@@ -261,28 +271,252 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
       }
     }
   }
-  // Each row goes to its final position.
+  return first_zero;
+}
+
+// sgetf2 / cgetf2 for m x n matrices with m, n <= N: load_rows, factor_rows,
+// and each row to its final position.
+//   a, lu: count x m x n; pivots: count x min(m, n) (1-based); info: count.
+template <typename T, int N, int TEAMS>
+METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* pivots, device int* info, int m, int n,
+                                int count, int pivoting, threadgroup typename scalar_traits<T>::real* offered_values,
+                                threadgroup int* offered_positions, threadgroup T* offered_rows,
+                                threadgroup int* pivot_rows, threadgroup T* staging, thread_position pos) {
+  const int WIDTH = team_shape<N>::WIDTH;
+  const int STRIDE = team_shape<N>::STRIDE;
+  const int team = int(pos.thread_index) / N;
+  const int t = int(pos.thread_index) % N;
+  const long matrix = long(pos.group_index) * TEAMS + team;
+  // Threads of a matrix past the batch end take part in every shuffle and barrier.
+  const bool present = matrix < count;
+  const int steps = min(m, n);
+  threadgroup T* tile = staging + team * N * STRIDE;
+  T row[N];
+  load_rows<T, N>(a + matrix * m * n, m, n, present, t, tile, row);
+  int position = t;
+  const int first_zero = factor_rows<T, N, TEAMS>(row, position, m, n, present && t < m, pivoting,
+                                                  pivot_rows + team * N, offered_values, offered_positions,
+                                                  offered_rows, pos);
   device T* LU = lu + matrix * m * n;
   #pragma unroll
   for (int c0 = 0; c0 < N; c0 += WIDTH) {
-    if (active) {
+    if (present && t < m) {
       #pragma unroll
       for (int k = c0; k < c0 + WIDTH; ++k) {
-        tile[position * (WIDTH + 1) + k - c0] = row[k];
+        tile[position * STRIDE + k - c0] = row[k];
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int e = t; e < N * WIDTH; e += N) {
       const int i = e / WIDTH;
       const int k = c0 + e % WIDTH;
-      if (matrix < count && i < m && k < n) {
-        LU[i * n + k] = tile[i * (WIDTH + 1) + k - c0];
+      if (present && i < m && k < n) {
+        store(LU + i * n + k, tile[i * STRIDE + k - c0]);
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (matrix < count && t == 0) {
+  if (present && t < steps) {
+    pivots[matrix * steps + t] = pivot_rows[team * N + t] + 1;
+  }
+  if (present && t == 0) {
     info[matrix] = first_zero;
+  }
+}
+
+template <bool CONJUGATED, typename T>
+METAL_FUNC T conjugate_if(T x) {
+  if (CONJUGATED) {
+    x = conj(x);
+  }
+  return x;
+}
+
+// sgetrs on a team's factors in threadgroup memory, a thread per right-hand
+// side: lu (the team's tile, row i at i * STRIDE) holds P^T A = L U of an n x n
+// A, order[i] the row of A at position i. A right-hand side is a vector v of n
+// elements of b, element i of vector c at b[i * k + c] (left: the columns of an
+// n x k B) or b[c * n + i] (right: the rows of a k x n B); x is laid out as b.
+//   TRANSPOSED = false: v <- U^-1 L^-1 P^T v  (A X = B; with CONJUGATED, the
+//     factors conjugated: X A^H = B, as A X^H = B^H is conj(A) X^T = B^T);
+//   TRANSPOSED = true:  v <- P L^-T U^-T v    (X A = B, as A^T X^T = B^T; with
+//     CONJUGATED, A^H X = B).
+// Triangles are applied as strsm's reference does (a dot product a row, the
+// diagonal divided by): a zero u_ii gives inf/NaN, no error. identity: b is not
+// read, B = I (inverses). (CONJUGATED is a template argument: as a runtime flag
+// on complex factors, Intel's OpenCL compiler takes minutes over n = 32.)
+template <typename T, int N, bool TRANSPOSED, bool CONJUGATED>
+METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup int* order, const device T* b,
+                                   device T* x, int n, int k, int left, int identity, int t) {
+  typedef typename scalar_traits<T>::real R;
+  const int STRIDE = team_shape<N>::STRIDE;
+  const T zero = scalar_traits<T>::from_real(R(0));
+  const T one = scalar_traits<T>::from_real(R(1));
+  const int step = left ? k : 1;      // between consecutive elements of a vector
+  const int spacing = left ? 1 : n;   // between consecutive vectors
+  for (int c = t; c < k; c += N) {
+    T v[N];
+    #pragma unroll
+    for (int i = 0; i < N; ++i) {
+      // Non-transposed solves take P^T v: row order[i] of B comes first.
+      const int source = TRANSPOSED ? i : (i < n ? order[i] : 0);
+      v[i] = zero;
+      if (i < n && identity && source == c) {
+        v[i] = one;
+      } else if (i < n && !identity) {
+        v[i] = load(b + source * step + c * spacing);
+      }
+    }
+    if (!TRANSPOSED) {
+      #pragma unroll
+      for (int i = 1; i < N; ++i) {  // L, unit lower
+        T s = v[i];
+        #pragma unroll
+        for (int j = 0; j < i; ++j) {
+          const T l = lu[i * STRIDE + j];
+          s = multiply_subtract(s, conjugate_if<CONJUGATED>(l), v[j]);
+        }
+        v[i] = i < n ? s : zero;
+      }
+      #pragma unroll
+      for (int i = N - 1; i >= 0; --i) {  // U, upper
+        T s = v[i];
+        #pragma unroll
+        for (int j = i + 1; j < N; ++j) {
+          const T u = lu[i * STRIDE + j];
+          s = multiply_subtract(s, conjugate_if<CONJUGATED>(u), v[j]);
+        }
+        const T d = lu[i * STRIDE + i];
+        v[i] = zero;
+        if (i < n) {
+          v[i] = s / conjugate_if<CONJUGATED>(d);
+        }
+      }
+    } else {
+      #pragma unroll
+      for (int i = 0; i < N; ++i) {  // U^T, lower
+        T s = v[i];
+        #pragma unroll
+        for (int j = 0; j < i; ++j) {
+          const T u = lu[j * STRIDE + i];
+          s = multiply_subtract(s, conjugate_if<CONJUGATED>(u), v[j]);
+        }
+        const T d = lu[i * STRIDE + i];
+        v[i] = zero;
+        if (i < n) {
+          v[i] = s / conjugate_if<CONJUGATED>(d);
+        }
+      }
+      #pragma unroll
+      for (int i = N - 2; i >= 0; --i) {  // L^T, unit upper
+        T s = v[i];
+        #pragma unroll
+        for (int j = i + 1; j < N; ++j) {
+          const T l = lu[j * STRIDE + i];
+          s = multiply_subtract(s, conjugate_if<CONJUGATED>(l), v[j]);
+        }
+        v[i] = i < n ? s : zero;
+      }
+    }
+    #pragma unroll
+    for (int i = 0; i < N; ++i) {
+      // Transposed solves end with P v: element i goes to row order[i].
+      if (i < n) {
+        store(x + (TRANSPOSED ? order[i] : i) * step + c * spacing, v[i]);
+      }
+    }
+  }
+}
+
+// sgesv for n x n A, n <= N <= 32: a team factors A in registers (factor_rows),
+// leaves L U in its tile and solves from it (solve_from_factors); neither the
+// factors nor the pivots go to device memory.
+//   a: count x n x n; b, x: count x n x k (left) or count x k x n (right), b
+//   b_stride apart (0: one B for every A); info: count, as sgetrf's.
+//   TRANSPOSED = !left (X A = B is A^T X^T = B^T); identity: B = I, b unread.
+template <typename T, int N, int TEAMS, bool TRANSPOSED>
+METAL_FUNC void solve_small(const device T* a, const device T* b, device T* x, device int* info, int n, int k,
+                            int count, int b_stride, int identity,
+                            threadgroup typename scalar_traits<T>::real* offered_values,
+                            threadgroup int* offered_positions, threadgroup T* offered_rows, threadgroup int* order,
+                            threadgroup T* staging, thread_position pos) {
+  const int STRIDE = team_shape<N>::STRIDE;
+  const int team = int(pos.thread_index) / N;
+  const int t = int(pos.thread_index) % N;
+  const long matrix = long(pos.group_index) * TEAMS + team;
+  const bool present = matrix < count;
+  threadgroup T* tile = staging + team * N * STRIDE;
+  threadgroup int* team_order = order + team * N;
+  T row[N];
+  load_rows<T, N>(a + matrix * n * n, n, n, present, t, tile, row);
+  int position = t;
+  // The pivots go to team_order, which takes the row order once they are spent.
+  const int first_zero = factor_rows<T, N, TEAMS>(row, position, n, n, present && t < n, 1, team_order,
+                                                  offered_values, offered_positions, offered_rows, pos);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  // Every row, padding (zeros) included, to its position; the row at position i
+  // is A's row order[i]. (Only a team with a matrix: with no condition, or with
+  // t < n as the condition, Intel's OpenCL compiler crashes.)
+  if (present) {
+    #pragma unroll
+    for (int j = 0; j < N; ++j) {
+      tile[position * STRIDE + j] = row[j];
+    }
+    team_order[position] = t;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (present) {
+    solve_from_factors<T, N, TRANSPOSED, false>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n, k,
+                                                TRANSPOSED ? 0 : 1, identity, t);
+    if (t == 0) {
+      info[matrix] = first_zero;
+    }
+  }
+}
+
+// sgetrs for n x n factors, n <= N <= 32, as lu_factor_small leaves them: a
+// team stages its LU in threadgroup memory and turns the pivots into a row
+// order (slaswp on 0..n-1), then solves (solve_from_factors).
+//   lu: count x n x n, lu_stride apart, pivots: count x n (1-based), n * (lu_stride
+//   != 0) apart (0: one factorization for every B); b, x: count x n x k (left)
+//   or count x k x n (right), b_stride apart (0: one B for all).
+//   TRANSPOSED = (left == adjoint): A X = B and X A^H = B are not, A^H X = B
+//   and X A = B are; CONJUGATED = adjoint.
+template <typename T, int N, int TEAMS, bool TRANSPOSED, bool CONJUGATED>
+METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, const device T* b, device T* x, int n,
+                               int k, int count, int lu_stride, int b_stride, int left,
+                               threadgroup int* order, threadgroup T* staging, thread_position pos) {
+  const int STRIDE = team_shape<N>::STRIDE;
+  const int team = int(pos.thread_index) / N;
+  const int t = int(pos.thread_index) % N;
+  const long matrix = long(pos.group_index) * TEAMS + team;
+  const bool present = matrix < count;
+  threadgroup T* tile = staging + team * N * STRIDE;
+  threadgroup int* team_order = order + team * N;
+  const device T* LU = lu + matrix * lu_stride;
+  for (int e = t; e < N * N; e += N) {
+    const int i = e / N;
+    const int j = e % N;
+    if (present) {
+      tile[i * STRIDE + j] = i < n && j < n ? load(LU + i * n + j) : scalar_traits<T>::from_real(typename scalar_traits<T>::real(0));
+    }
+  }
+  if (present && t == 0) {
+    const device int* ipiv = pivots + matrix * (lu_stride ? n : 0);
+    for (int i = 0; i < n; ++i) {
+      team_order[i] = i;
+    }
+    for (int j = 0; j < n; ++j) {
+      const int p = min(max(ipiv[j] - 1, 0), n - 1);  // out-of-range pivots clamped, as lu_permutation's
+      const int swapped = team_order[j];
+      team_order[j] = team_order[p];
+      team_order[p] = swapped;
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (present) {
+    solve_from_factors<T, N, TRANSPOSED, CONJUGATED>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n,
+                                                     k, left, 0, t);
   }
 }
 

@@ -49,10 +49,51 @@ LU_FACTOR_SMALL = Kernel(
         Shared("offered_values", "R", 4 * TEAMS[N]),
         Shared("offered_positions", "int", 4 * TEAMS[N]),
         Shared("offered_rows", "T", 4 * TEAMS[N] * N if N > 32 else 1),
+        Shared("pivot_rows", "int", TEAMS[N] * N),
         Shared("staging", "T", TEAMS[N] * N * (min(N, 32) + 1)),
     ],
     # A complex128 row of 64 is 256 registers: that size takes the panel kernel.
     where=lambda dtype, N: not (dtype == torch.complex128 and N == 64),
+)
+
+# The fused solves: a team factors its matrix (or stages given factors) and keeps
+# L U in threadgroup memory, where every thread solves for one right-hand side.
+SOLVE_SIZES = (8, 16, 32)
+
+
+def _solve_shared(N: int, factoring: bool) -> list[Shared]:
+    # The whole matrix in a team's tile (as lu_factor_small stages it), and its row order.
+    offers = [Shared("offered_values", "R", 1), Shared("offered_positions", "int", 1), Shared("offered_rows", "T", 1)]
+    return [*(offers if factoring else ()), Shared("order", "int", TEAMS[N] * N),
+            Shared("staging", "T", TEAMS[N] * N * (N + 1))]
+
+
+SOLVE_SMALL = Kernel(
+    function="solve_small",
+    source="lu.metal",
+    args=(
+        Buffer("a", const=True), Buffer("b", const=True), Buffer("x"), Buffer("info", "int"),
+        Scalar("n"), Scalar("k"), Scalar("count"), Scalar("b_stride"), Scalar("identity"),
+    ),
+    instances=tuple({"N": n, "TRANSPOSED": t} for n in SOLVE_SIZES for t in (0, 1)),
+    group_size=lambda N, TRANSPOSED: N * TEAMS[N],
+    template=lambda N, TRANSPOSED: (N, TEAMS[N], bool(TRANSPOSED)),
+    shared=lambda N, TRANSPOSED: _solve_shared(N, True),
+)
+
+LU_SOLVE_SMALL = Kernel(
+    function="lu_solve_small",
+    source="lu.metal",
+    args=(
+        Buffer("lu", const=True), Buffer("pivots", "int", const=True), Buffer("b", const=True), Buffer("x"),
+        Scalar("n"), Scalar("k"), Scalar("count"), Scalar("lu_stride"), Scalar("b_stride"), Scalar("left"),
+    ),
+    instances=tuple({"N": n, "TRANSPOSED": t, "CONJUGATED": c} for n in SOLVE_SIZES for t in (0, 1) for c in (0, 1)),
+    group_size=lambda N, TRANSPOSED, CONJUGATED: N * TEAMS[N],
+    template=lambda N, TRANSPOSED, CONJUGATED: (N, TEAMS[N], bool(TRANSPOSED), bool(CONJUGATED)),
+    shared=lambda N, TRANSPOSED, CONJUGATED: _solve_shared(N, False),
+    # Conjugating real factors changes nothing.
+    where=lambda dtype, N, TRANSPOSED, CONJUGATED: dtype.is_complex or not CONJUGATED,
 )
 
 PANEL_WIDTH = 32  # a SIMD group's lanes (lu.metal's PANEL_WIDTH)
