@@ -477,14 +477,15 @@ METAL_FUNC void solve_small(const device T* a, const device T* b, device T* x, d
 // sgetrs for n x n factors, n <= N <= 32, as lu_factor_small leaves them: a
 // team stages its LU in threadgroup memory and turns the pivots into a row
 // order (slaswp on 0..n-1), then solves (solve_from_factors).
-//   lu: count x n x n, lu_stride apart, pivots: count x n (1-based), n * (lu_stride
-//   != 0) apart (0: one factorization for every B); b, x: count x n x k (left)
+//   lu: count x n x n, lu_stride apart, by rows (lu_by_columns = 0) or by columns
+//   (1: LAPACK's layout, as torch's lu_factor leaves it); pivots: count x n
+//   (1-based), n * (lu_stride != 0) apart (0: one factorization for every B); b, x: count x n x k (left)
 //   or count x k x n (right), b_stride apart (0: one B for all).
 //   TRANSPOSED = (left == adjoint): A X = B and X A^H = B are not, A^H X = B
 //   and X A = B are; CONJUGATED = adjoint.
 template <typename T, int N, int TEAMS, bool TRANSPOSED, bool CONJUGATED>
 METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, const device T* b, device T* x, int n,
-                               int k, int count, int lu_stride, int b_stride, int left,
+                               int k, int count, int lu_stride, int lu_by_columns, int b_stride, int left,
                                threadgroup int* order, threadgroup T* staging, thread_position pos) {
   const int STRIDE = team_shape<N>::STRIDE;
   const int team = int(pos.thread_index) / N;
@@ -498,7 +499,10 @@ METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, con
     const int i = e / N;
     const int j = e % N;
     if (present) {
-      tile[i * STRIDE + j] = i < n && j < n ? load(LU + i * n + j) : scalar_traits<T>::from_real(typename scalar_traits<T>::real(0));
+      tile[i * STRIDE + j] = scalar_traits<T>::from_real(typename scalar_traits<T>::real(0));
+      if (i < n && j < n) {
+        tile[i * STRIDE + j] = load(LU + (lu_by_columns ? j * n + i : i * n + j));
+      }
     }
   }
   if (present && t == 0) {

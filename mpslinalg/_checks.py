@@ -119,16 +119,25 @@ def resolved(A: torch.Tensor) -> torch.Tensor:
     return A.resolve_conj().resolve_neg().contiguous()
 
 
+def first_failure(info: torch.Tensor) -> tuple[int, int] | None:
+    """(index in the flattened batch, info) of the first matrix whose info > 0, or None.
+    Synchronises with the device once, reading one scalar (the batch's largest info,
+    as torch's checks do); the batch is searched only when some matrix failed."""
+    flat = whole(info).reshape(-1)
+    if flat.numel() == 0 or int(flat[0] if flat.numel() == 1 else flat.max()) <= 0:
+        return None
+    index = int(torch.nonzero(flat > 0)[0, 0])
+    return index, int(flat[index])
+
+
 def raise_for_first_failure(api: str, info: torch.Tensor, batched: bool, reason) -> None:
     """torch.linalg.LinAlgError for the first matrix whose info > 0, as torch words it:
-    "{api}: (Batch element i): {reason(info)}" (synchronises with the device)."""
-    flat = whole(info).reshape(-1)
-    failed = torch.nonzero(flat > 0)
-    if failed.numel() == 0:
-        return
-    index = int(failed[0, 0])
-    prefix = f"(Batch element {index}): " if batched else ""
-    raise torch.linalg.LinAlgError(f"{api}: {prefix}{reason(int(flat[index]))}")
+    "{api}: (Batch element i): {reason(info)}" (first_failure: one scalar read)."""
+    failure = first_failure(info)
+    if failure is not None:
+        index, value = failure
+        prefix = f"(Batch element {index}): " if batched else ""
+        raise torch.linalg.LinAlgError(f"{api}: {prefix}{reason(value)}")
 
 
 def raise_if_singular(api: str, info: torch.Tensor, batched: bool) -> None:

@@ -37,10 +37,12 @@ CORE_DIMS = {
     "inv_small_ex": (2, None),
     "lu_factor_ex": (2, None, None),
     "lu_permutation": (1, None),
+    "lu_solve_small": (2, 1, 2, None, None),
     "matrix_exp": (2,),
     "pinv": (2, None, None),
     "qr": (2, None),
     "slogdet": (2,),
+    "solve_small": (2, 2, None, None),
     "solve_triangular": (2, 2, None, None, None),
     # FLA's layout [B, T, H, BT]: the sequences B are independent, unless a chunk table
     # (cu_seqlens) indexes rows of one packed sequence (then replicated: see the rule).

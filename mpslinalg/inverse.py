@@ -2,7 +2,9 @@
 
 Matrices up to 4 x 4 run in one fused kernel (``metal/inverse.metal``) that
 factors each matrix with partial pivoting and solves in registers, one thread
-per matrix. Larger matrices go through the LU family (``lu_family.py``).
+per matrix; up to 32 x 32 in the LU family's fused solve (``solve_small``, a
+team of threads per matrix, B = I). Larger matrices go through the LU family's
+factorization and solves (``lu_family.py``).
 """
 
 from __future__ import annotations
@@ -70,8 +72,14 @@ def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor
         return inverse, torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     info = torch.empty(a.shape[:-2], dtype=torch.int32, device=a.device)  # the kernel writes all
     flat_a, flat_inverse, flat_info = a.view(-1, n, n), inverse.view(-1, n, n), info.view(-1)
+    size = 0 if n <= SMALL else lu_family.fused_size(n, a.dtype)
     for count, tensors in batches(flat_info.numel(), flat_a, flat_inverse, flat_info):
-        launch(INVERSE_SMALL, groups_for(count, GROUP), *tensors, count, N=n)
+        if n <= SMALL:
+            launch(INVERSE_SMALL, groups_for(count, GROUP), *tensors, count, N=n)
+        else:  # sgesv with B = I, in one launch (B's buffer is not read)
+            a_part, inverse_part, info_part = tensors
+            launch(lu_family.SOLVE_SMALL, groups_for(count, lu_family.TEAMS[size]), a_part, a_part, inverse_part,
+                   info_part, n, n, count, 0, 1, N=size, TRANSPOSED=0)
     if check_errors:
         _checks.raise_if_singular(check_errors, info, batched=a.dim() > 2)
     return inverse, info
@@ -249,7 +257,10 @@ def _determinant(A: torch.Tensor) -> torch.Tensor:
 
 
 def _inverse_any(A: torch.Tensor, check_errors: str):
-    return _inverse_ex(A, check_errors) if A.shape[-1] <= SMALL else lu_family.lu_inverse_ex(A, check_errors)
+    n = A.shape[-1]
+    if n <= SMALL or lu_family.fused_size(n, A.dtype):  # one launch
+        return _inverse_ex(A, check_errors)
+    return lu_family.lu_inverse_ex(A, check_errors)
 
 
 def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
@@ -268,8 +279,9 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
         holds inf/NaN as torch's does. No host synchronisation.
 
     Gradients (reverse and forward mode) flow to ``inverse``: ``-A^-H G A^-H``.
-    n <= 4 runs the fused kernel; larger n the LU factorization and its solves
-    with B = I (as torch.linalg.inv_ex).
+    One launch up to n = 32 (n <= 4: a thread a matrix; above, the LU family's
+    fused sgesv with B = I); larger n the LU factorization and its solves with
+    B = I (as torch.linalg.inv_ex).
 
     Example:
         >>> X, info = LA.inv_ex(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))
@@ -288,8 +300,8 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
 def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The inverse of square matrices, like ``torch.linalg.inv``.
 
-    n <= 4 runs a fused kernel (LU with partial pivoting in registers); larger n
-    the LU family.
+    One launch up to n = 32 (the LU with partial pivoting and the solves with
+    B = I fused); larger n the LU family's factorization and solves.
 
     Args:
         A: ``(*, n, n)``, float32 or complex64 (float64 and complex128 on CUDA and

@@ -27,7 +27,7 @@ import torch
 
 from . import _checks, _dispatch, _sharding, triangular
 from ._kernel import Buffer, Kernel, Scalar, Shared
-from .runtimes import batches, fits, groups_for, launch
+from .runtimes import LAUNCH_LIMIT, batches, fits, groups_for, launch
 
 SIZES = (8, 16, 32, 64)
 TEAMS = {8: 8, 16: 4, 32: 2, 64: 1}  # teams per threadgroup: 64 threads
@@ -86,7 +86,8 @@ LU_SOLVE_SMALL = Kernel(
     source="lu.metal",
     args=(
         Buffer("lu", const=True), Buffer("pivots", "int", const=True), Buffer("b", const=True), Buffer("x"),
-        Scalar("n"), Scalar("k"), Scalar("count"), Scalar("lu_stride"), Scalar("b_stride"), Scalar("left"),
+        Scalar("n"), Scalar("k"), Scalar("count"), Scalar("lu_stride"), Scalar("lu_by_columns"), Scalar("b_stride"),
+        Scalar("left"),
     ),
     instances=tuple({"N": n, "TRANSPOSED": t, "CONJUGATED": c} for n in SOLVE_SIZES for t in (0, 1) for c in (0, 1)),
     group_size=lambda N, TRANSPOSED, CONJUGATED: N * TEAMS[N],
@@ -455,12 +456,113 @@ def _lu_factor(A: torch.Tensor, pivot: bool = True, check_errors: str = ""):
     return _dispatch.call(torch.ops.mpslinalg.lu_factor_ex, _lu_factor_body, A, pivot, check_errors, function=_Factor)
 
 
+# --- the fused solves: one launch where no derivative is recorded ---
+
+
+def fused_size(n: int, dtype: torch.dtype) -> int:
+    """The N of the solve_small / lu_solve_small instances for n x n systems, or 0."""
+    size = next((s for s in SOLVE_SIZES if n <= s), 0)
+    return size if size and SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0) else 0
+
+
+def _fused_batch(square: torch.Tensor, B: torch.Tensor, square_may_broadcast: bool) -> bool:
+    """Whether the fused kernels take this pair as it is: the square operand's batch is
+    the broadcast batch (or, where ``square_may_broadcast``, one matrix), B's the same
+    or one matrix; a nonempty batch of nonempty systems that one launch takes."""
+    batch = torch.broadcast_shapes(square.shape[:-2], B.shape[:-2])
+    count = batch.numel()
+    fits_square = square.shape[:-2] == batch or (square_may_broadcast and square.shape[:-2].numel() == 1)
+    return (fits_square and (B.shape[:-2] == batch or B.shape[:-2].numel() == 1)
+            and 0 < count <= LAUNCH_LIMIT and B.numel() > 0 and square.shape[-1] > 0)
+
+
+def _without_derivatives(*tensors: torch.Tensor) -> bool:
+    """Whether a call on ``tensors`` records no derivative: no gradient to record, no
+    forward mode or torch.func transform. The fused kernels keep no factors for a
+    backward, so they serve these calls; the others take the factorization and the
+    triangular solves, each differentiable."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not _dispatch.needs_forward_mode(*tensors)
+
+
+def _solve_by_torch(A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: str):
+    # lu_factor + lu_solve: torch's solve would read a B of shape A.shape[:-1] as vectors.
+    LU, pivots, info = _dispatch.TORCH.lu_factor_ex(A)
+    if check_errors:
+        _ERRORS[check_errors](check_errors, info)
+    return _dispatch.TORCH.lu_solve(LU, pivots, B, left=left), info
+
+
+@_dispatch.answered_by(_solve_by_torch)
+def _solve_small_body(A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(X, info) with A X = B (X A = B), sgesv for n <= 32 in one launch (solve_small):
+    A's batch is the broadcast batch, B's the same or one matrix (_fused_batch)."""
+    a, b = _checks.resolved(A), _checks.resolved(B)
+    batch, n = a.shape[:-2], a.shape[-1]
+    k = b.shape[-1] if left else b.shape[-2]
+    count = batch.numel()
+    x = b.new_empty(*batch, *b.shape[-2:])
+    info = torch.empty(batch, dtype=torch.int32, device=a.device)
+    size = fused_size(n, a.dtype)
+    b_stride = n * k if b.shape[:-2] == batch else 0
+    launch(SOLVE_SMALL, groups_for(count, TEAMS[size]), a, b, x, info, n, k, count, b_stride, 0, N=size,
+           TRANSPOSED=int(not left))
+    if check_errors:
+        _ERRORS[check_errors](check_errors, info)
+    return x, info
+
+
+_solve_small_op = torch.library.custom_op("mpslinalg::solve_small", mutates_args=())(_solve_small_body)
+
+
+@_solve_small_op.register_fake
+def _(A, B, left, check_errors):
+    batch = A.shape[:-2]
+    return B.new_empty(*batch, *B.shape[-2:]), A.new_empty(batch, dtype=torch.int32)
+
+
+@_dispatch.answered_by(lambda LU, pivots, B, left, adjoint: _dispatch.TORCH.lu_solve(LU, pivots, B, left=left, adjoint=adjoint))
+def _lu_solve_small_body(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: bool, adjoint: bool) -> torch.Tensor:
+    """X from A = P L U as lu_solve's, sgetrs for n <= 32 in one launch (lu_solve_small):
+    LU's and B's batches each the broadcast batch or one matrix (_fused_batch)."""
+    # Factors by columns (torch's, LAPACK's layout) are read as they lie, not copied.
+    by_columns = not LU.is_contiguous() and LU.mT.is_contiguous() and not LU.is_conj() and not LU.is_neg()
+    lu = LU.mT if by_columns else _checks.resolved(LU)
+    ipiv, b = pivots.contiguous(), _checks.resolved(B)
+    batch = torch.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    n = lu.shape[-1]
+    k = b.shape[-1] if left else b.shape[-2]
+    count = batch.numel()
+    x = b.new_empty(*batch, *b.shape[-2:])
+    size = fused_size(n, lu.dtype)
+    lu_stride = n * n if lu.shape[:-2] == batch else 0
+    b_stride = n * k if b.shape[:-2] == batch else 0
+    conjugated = int(adjoint and lu.is_complex())
+    launch(LU_SOLVE_SMALL, groups_for(count, TEAMS[size]), lu, ipiv, b, x, n, k, count, lu_stride, int(by_columns),
+           b_stride, int(left),
+           N=size, TRANSPOSED=int(left == adjoint), CONJUGATED=conjugated)
+    return x
+
+
+_lu_solve_small_op = torch.library.custom_op("mpslinalg::lu_solve_small", mutates_args=())(_lu_solve_small_body)
+
+
+@_lu_solve_small_op.register_fake
+def _(LU, pivots, B, left, adjoint):
+    return B.new_empty(*torch.broadcast_shapes(LU.shape[:-2], B.shape[:-2]), *B.shape[-2:])
+
+
 # --- solves, determinants and inverses from the factors ---
 
 
 def _lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: bool, adjoint: bool) -> torch.Tensor:
-    """X with A X = B, A^H X = B, X A = B or X A^H = B for A = P L U (sgetrs), as the
-    permutation and two triangular solves on the packed LU: differentiable in LU and B."""
+    """X with A X = B, A^H X = B, X A = B or X A^H = B for A = P L U (sgetrs): one
+    launch of lu_solve_small where no derivative is recorded, else the permutation and
+    two triangular solves on the packed LU, differentiable in LU and B."""
+    if (fused_size(LU.shape[-1], LU.dtype) and _fused_batch(LU, B, True)
+            and _without_derivatives(LU, pivots, B)):
+        return _dispatch.call(torch.ops.mpslinalg.lu_solve_small, _lu_solve_small_body, LU, pivots, B, left, adjoint)
     order = _permutation(pivots, LU.shape[-1])
     # The kernels take row-major LU; torch's CUDA lu_factor returns column-major
     # factors, which are copied once here rather than once per triangular solve.
@@ -512,13 +614,12 @@ def _check_pair(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: 
 
 def _first_failure(info: torch.Tensor) -> tuple[int, str] | None:
     """(1-based zero pivot, "(Batch element b): " or "") of the first failed matrix, or
-    None (synchronises with the device)."""
-    flat = _checks.whole(info).reshape(-1)
-    failed = torch.nonzero(flat > 0)
-    if failed.numel() == 0:
+    None (one scalar read: _checks.first_failure)."""
+    failure = _checks.first_failure(info)
+    if failure is None:
         return None
-    index = int(failed[0, 0])
-    return int(flat[index]), f"(Batch element {index}): " if info.dim() > 0 else ""
+    index, value = failure
+    return value, f"(Batch element {index}): " if info.dim() > 0 else ""
 
 
 def _raise_lu_error(api: str, info: torch.Tensor) -> None:
@@ -777,8 +878,11 @@ def _solve_ex(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, check_erro
     if vector:
         B = B.unsqueeze(-1)
     _check_pair(api, A, B, left)
-    LU, pivots, info = _lu_factor(A, True, check_errors)
-    X = _lu_solve(LU, pivots, B, left, False)
+    if fused_size(A.shape[-1], A.dtype) and _fused_batch(A, B, False) and _without_derivatives(A, B):
+        X, info = _dispatch.call(torch.ops.mpslinalg.solve_small, _solve_small_body, A, B, left, check_errors)
+    else:
+        LU, pivots, info = _lu_factor(A, True, check_errors)
+        X = _lu_solve(LU, pivots, B, left, False)
     return (X.squeeze(-1) if vector else X), info
 
 

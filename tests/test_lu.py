@@ -8,6 +8,7 @@ Pivots are compared exactly with LAPACK's (SciPy, torch on the CPU) on matrices 
 
 import math
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 import mpslinalg as LA
 from conftest import OLD_SINGULAR_PATTERNS, keeps_subnormals, on, supported
 from mpslinalg import lu_family as family
+from mpslinalg.runtimes import for_device
 from mpslinalg.testing import (
     LARGE, SMALL, THRESHOLD, batch_of, det_ratio, exact, general_solve_ratio, inv_ratio, latms, lu_ratio,
 )
@@ -175,6 +177,73 @@ def test_lu_solve_broadcasts_as_torch(device):
     ref = torch.linalg.lu_solve(*torch.linalg.lu_factor(A), B)
     assert X.shape == ref.shape == (2, 4, 5, 2)
     torch.testing.assert_close(X.cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+def launches_of(device, call) -> tuple[list[str], object]:
+    """(the kernels ``call`` launches, its result)."""
+    runtime = for_device(device)
+    real, launched = runtime.launch, []
+
+    def counted(instance, *args, **kwargs):
+        launched.append(instance.kernel.function)
+        return real(instance, *args, **kwargs)
+
+    with mock.patch.object(runtime, "launch", counted):
+        result = call()
+    return launched, result
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+@pytest.mark.parametrize("n", [5, 8, 13, 16, 17, 32])
+def test_fused_solves_in_one_launch(device, n, dtype):
+    """n <= 32 with no derivative to record: solve, solve_ex, inv, inv_ex and lu_solve
+    each launch one kernel (sgesv, sgetrs fused), under sget02's / sget03's ratio, in
+    every left/adjoint case, with one vector or more right-hand sides than a team has
+    threads, a B (or an LU) shared by the batch, and views."""
+    A = batch_of((3,), n, dtype, rng, cond=100)
+    a = A.to(device)
+    LU, pivots = LA.lu_factor(a)
+
+    def once(kernel, call):
+        launched, result = launches_of(device, call)
+        assert launched == [kernel]
+        return result
+
+    for left in (True, False):
+        for k in (1, 40):
+            B = gaussian((3, n, k) if left else (3, k, n), dtype)
+            b = B.to(device)
+            X = once("solve_small", lambda: LA.solve(a, b, left=left))
+            assert general_solve_ratio(A, X, B, left) < THRESHOLD
+            X, info = once("solve_small", lambda: LA.solve_ex(a, b[:1], left=left))  # one B for the batch
+            assert general_solve_ratio(A, X, B[:1].expand_as(B), left) < THRESHOLD and not info.any()
+            for adjoint in (False, True):
+                X = once("lu_solve_small", lambda: LA.lu_solve(LU, pivots, b, left=left, adjoint=adjoint))
+                assert general_solve_ratio(A, X, B, left, adjoint) < THRESHOLD
+                X = once("lu_solve_small", lambda: LA.lu_solve(LU[1], pivots[1], b, left=left, adjoint=adjoint))
+                assert general_solve_ratio(A[1], X, B, left, adjoint) < THRESHOLD  # one LU for every B
+                by_columns = LU.mT.contiguous().mT  # LAPACK's layout, as torch's lu_factor returns it: read in place
+                X = once("lu_solve_small", lambda: LA.lu_solve(by_columns, pivots, b, left=left, adjoint=adjoint))
+                assert general_solve_ratio(A, X, B, left, adjoint) < THRESHOLD
+    X = once("solve_small", lambda: LA.solve(a.mT.conj(), a[..., :2]))  # views of A and B
+    assert general_solve_ratio(A.mH, X, A[..., :2]) < THRESHOLD
+    assert inv_ratio(A, once("solve_small", lambda: LA.inv(a))) < THRESHOLD
+    inverse, info = once("solve_small", lambda: LA.inv_ex(a.mT))
+    assert inv_ratio(A.mT, inverse) < THRESHOLD and not info.any()
+
+
+def test_solves_that_record_derivatives_take_the_factorization(device):
+    """The fused kernels keep no factors: a call whose gradient is recorded factors A
+    (lu_factor_small) and solves through the differentiable triangular solves."""
+    A = batch_of((2,), 6, torch.float64, rng).to(device).requires_grad_()
+    B = gaussian((2, 6, 2), torch.float64).to(device)
+    launched, X = launches_of(device, lambda: LA.solve(A, B))
+    assert "lu_factor_small" in launched and "solve_small" not in launched
+    launched, _ = launches_of(device, lambda: LA.lu_solve(*LA.lu_factor(A), B))
+    assert "lu_solve_small" not in launched
+    with torch.no_grad():
+        launched, _ = launches_of(device, lambda: LA.solve(A, B))
+    assert launched == ["solve_small"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.float64], ids=str)
@@ -537,6 +606,12 @@ def test_compiles_without_graph_breaks(device):
     y = compiled(A, B)
     y.backward()
     torch.testing.assert_close(y, f(A, B))
+    # With no gradient to record, the graph takes the fused ops, the singular check included.
+    launched, y = launches_of(device, lambda: compiled(A.detach(), B))
+    assert {"solve_small", "lu_solve_small"} <= set(launched)
+    torch.testing.assert_close(y, f(A.detach(), B))
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.compile(lambda A, B: LA.solve(A, B), fullgraph=True, backend="aot_eager")(torch.zeros_like(A.detach()), B)
 
 
 # --- lu_unpack ---
