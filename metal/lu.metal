@@ -1115,6 +1115,20 @@ METAL_FUNC void lu_permutation(const device int* pivots, device int* permutation
   }
 }
 
+// One u_jj into a determinant's product (lu_determinant's two forms).
+template <typename T>
+METAL_FUNC void multiply_in(thread T& product, thread typename scalar_traits<T>::real& log_sum, T u, int logarithmic) {
+  typedef typename scalar_traits<T>::real R;
+  if (!logarithmic) {
+    product = product * u;
+    return;
+  }
+  const R size = magnitude(u);
+  // An exact zero: sign 0 (torch's), log 0 = -inf.
+  product = product * (size == R(0) ? scalar_traits<T>::from_real(R(0)) : phase(u, size));
+  log_sum += log(size);
+}
+
 // The determinant from sgetrf's factors, as LAPACK's callers form it (torch's
 // linalg_det and linalg_slogdet): the product of U's diagonal times (-1) to the
 // number of interchanges; one thread a matrix. In place of a dozen elementwise
@@ -1142,18 +1156,59 @@ METAL_FUNC void lu_determinant(const device T* lu, const device int* pivots, dev
   T product = scalar_traits<T>::from_real(odd ? R(-1) : R(1));
   R log_sum = R(0);
   for (int j = 0; j < n; ++j) {
-    const T u = load(a + long(j) * (n + 1));
-    if (!logarithmic) {
-      product = product * u;
-      continue;
-    }
-    const R size = magnitude(u);
-    // An exact zero: sign 0 (torch's), log 0 = -inf.
-    product = product * (size == R(0) ? scalar_traits<T>::from_real(R(0)) : phase(u, size));
-    log_sum += log(size);
+    multiply_in(product, log_sum, load(a + long(j) * (n + 1)), logarithmic);
   }
   store(det_or_sign + matrix, product);
   if (logarithmic) {
     logabs[matrix] = log_sum;
+  }
+}
+
+// The determinant (or sign and log |det|) of n x n A, n <= N <= 32, in one
+// kernel: factor_rows, then lu_determinant's product over U's diagonal, which
+// the thread of each row leaves in the team's tile.
+//   a: count x n x n; det_or_sign, logabs: count (as lu_determinant's).
+template <typename T, int N, int TEAMS>
+METAL_FUNC void determinant_small(const device T* a, device T* det_or_sign, device typename scalar_traits<T>::real* logabs,
+                                  int n, int count, int logarithmic,
+                                  threadgroup typename scalar_traits<T>::real* offered_values,
+                                  threadgroup int* offered_positions, threadgroup T* offered_rows,
+                                  threadgroup int* pivot_rows, threadgroup T* staging, thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const int STRIDE = team_shape<N>::STRIDE;
+  const int team = int(pos.thread_index) / N;
+  const int t = int(pos.thread_index) % N;
+  const long matrix = long(pos.group_index) * TEAMS + team;
+  const bool present = matrix < count;
+  threadgroup T* tile = staging + team * N * STRIDE;
+  threadgroup int* team_pivots = pivot_rows + team * N;
+  T row[N];
+  load_rows<T, N>(a + matrix * n * n, n, n, present, t, tile, row);
+  int position = t;
+  factor_rows<T, N, TEAMS>(row, position, n, n, present && t < n, 1, team_pivots, offered_values, offered_positions,
+                           offered_rows, pos);
+  if (present && t < n) {
+    T diagonal = row[0];  // u_jj of the row at position j: element j of its row
+    #pragma unroll
+    for (int k = 1; k < N; ++k) {
+      diagonal = k == position ? row[k] : diagonal;
+    }
+    tile[position] = diagonal;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (present && t == 0) {
+    bool odd = false;
+    for (int j = 0; j < n; ++j) {
+      odd = odd != (team_pivots[j] != j);
+    }
+    T product = scalar_traits<T>::from_real(odd ? R(-1) : R(1));
+    R log_sum = R(0);
+    for (int j = 0; j < n; ++j) {
+      multiply_in(product, log_sum, tile[j], logarithmic);
+    }
+    store(det_or_sign + matrix, product);
+    if (logarithmic) {
+      logabs[matrix] = log_sum;
+    }
   }
 }

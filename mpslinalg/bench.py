@@ -28,12 +28,13 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
+from unittest import mock
 
 import torch
 
 import mpslinalg as LA
 
-from . import eigh_family
+from . import eigh_family, runtimes
 from .check import _synchronize, best_runtime
 
 # The row each case's speed-up is measured against.
@@ -549,9 +550,41 @@ def bench_cholesky(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
+# issue 34's table: the LU family, Cholesky, triangular solves, QR, eigh and SVD on
+# 10^4 small matrices (8 right-hand sides), each size and dtype one eager call.
+LATENCY_TABLE = ("lu_factor_ex", "lu_solve", "solve", "det", "inv", "cholesky_ex", "solve_triangular", "qr", "eigh", "svd")
+LATENCY_SIZES = (8, 16, 32)
+
+
+def _latency_table(device: torch.device, random, eye) -> list[tuple[str, str, Callable, str, Callable]]:
+    count = 10**4 if device.type != "cpu" else 16
+    cases = []
+    for dtype in (torch.float32, torch.complex64):
+        for n in LATENCY_SIZES:
+            A = random(count, n, n, dtype=dtype) + n**0.5 * eye(n, dtype)
+            P = A @ A.mH / n + eye(n, dtype)
+            H = A + A.mH
+            L = A.tril()
+            B = random(count, n, 8, dtype=dtype)
+            LU, pivots = LA.lu_factor(A)
+            calls = {
+                "lu_factor_ex": lambda f, A=A: f(A), "det": lambda f, A=A: f(A), "inv": lambda f, A=A: f(A),
+                "cholesky_ex": lambda f, P=P: f(P), "qr": lambda f, A=A: f(A), "eigh": lambda f, H=H: f(H),
+                "svd": lambda f, A=A: f(A), "solve": lambda f, A=A, B=B: f(A, B),
+                "lu_solve": lambda f, LU=LU, p=pivots, B=B: f(LU, p, B),
+                "solve_triangular": lambda f, L=L, B=B: f(L, B, upper=False),
+            }
+            for name in LATENCY_TABLE:
+                call, ours, theirs = calls[name], getattr(LA, name), getattr(torch.linalg, name)
+                case = f"{count} x {n}x{n} {str(dtype).removeprefix('torch.')}" + (", 8 rhs" if "solve" in name else "")
+                cases.append((name, case, lambda c=call, f=ours: c(f), f"torch.linalg.{name}", lambda c=call, f=theirs: c(f)))
+    return cases
+
+
 def _latency_cases(device: torch.device) -> list[tuple[str, str, Callable, str, Callable]]:
-    """(function, case, mpslinalg's call, torch's function, torch's call): the small batched calls of a
-    training step (issue 23's sizes) and one small case of every public function."""
+    """(function, case, mpslinalg's call, torch's function, torch's call): issue 34's table
+    (LATENCY_TABLE), the small batched calls of a training step (issue 23's sizes) and
+    one small case of every public function that launches kernels."""
     generator = torch.Generator(device).manual_seed(23)
 
     def random(*shape, dtype=torch.float32):
@@ -560,8 +593,8 @@ def _latency_cases(device: torch.device) -> list[tuple[str, str, Callable, str, 
     def eye(n, dtype=torch.float32):
         return torch.eye(n, dtype=dtype, device=device)
 
+    cases = _latency_table(device, random, eye)
     count = 16384 if device.type != "cpu" else 256
-    cases = []
     for n in (16, 32, 64):
         L, B = (random(count, n, n) / n**0.5 + 2 * eye(n)).tril(), random(count, n, 8)
         cases.append(("solve_triangular", f"{count} x {n}x{n}, 8 rhs", lambda L=L, B=B: LA.solve_triangular(L, B, upper=False),
@@ -607,8 +640,35 @@ def _latency_cases(device: torch.device) -> list[tuple[str, str, Callable, str, 
         ("householder_product", f"{small} x 64x16", lambda: LA.householder_product(Q, tau), "torch.linalg.householder_product",
          lambda: torch.linalg.householder_product(Q, tau)),
         ("ormqr", f"{small} x 64x16, 8 columns", lambda: LA.ormqr(Q, tau, tall[..., :8]), "torch.ormqr", lambda: torch.ormqr(Q, tau, tall[..., :8])),
+        ("matrix_exp", f"{small} x 4x4", lambda: LA.matrix_exp(S4 / 8), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(S4 / 8)),
+        ("matrix_exp", f"{small} x 32x32", lambda: LA.matrix_exp(M / 32), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(M / 32)),
+        ("eig", f"{small} x 32x32", lambda: LA.eig(M), "torch.linalg.eig", lambda: torch.linalg.eig(M)),
+        ("eigvals", f"{small} x 32x32", lambda: LA.eigvals(M), "torch.linalg.eigvals", lambda: torch.linalg.eigvals(M)),
+        ("cond", f"{small} x 32x32", lambda: LA.cond(M), "torch.linalg.cond", lambda: torch.linalg.cond(M)),
+        ("matrix_norm", f"{small} x 32x32, ord=2", lambda: LA.matrix_norm(M, ord=2), "torch.linalg.matrix_norm",
+         lambda: torch.linalg.matrix_norm(M, ord=2)),
+        ("matrix_power", f"{small} x 32x32, -2", lambda: LA.matrix_power(M, -2), "torch.linalg.matrix_power",
+         lambda: torch.linalg.matrix_power(M, -2)),
+        ("lu_unpack", f"{small} x 32x32", lambda: LA.lu_unpack(LU, pivots), "torch.lu_unpack", lambda: torch.lu_unpack(LU, pivots)),
+        ("tensorinv", "32x(4x8)", lambda: LA.tensorinv(M[0].reshape(4, 8, 32), ind=2), "torch.linalg.tensorinv",
+         lambda: torch.linalg.tensorinv(M[0].reshape(4, 8, 32), ind=2)),
+        ("tensorsolve", "32x32", lambda: LA.tensorsolve(M[0], R[0, :, 0]), "torch.linalg.tensorsolve",
+         lambda: torch.linalg.tensorsolve(M[0], R[0, :, 0])),
+        # torch has no polar decomposition or Hermitian square root: its SVD / eigh and products stand in.
+        ("polar", f"{small} x 32x32", lambda: LA.polar(M), "torch.linalg.svd", lambda: _polar_by_svd(M)),
+        ("matrix_sqrth", f"{small} x 32x32", lambda: LA.matrix_sqrth(P), "torch.linalg.eigh", lambda: _sqrth_by_eigh(P)),
     ]
     return cases
+
+
+def _polar_by_svd(A: torch.Tensor) -> torch.Tensor:
+    U, _, Vh = torch.linalg.svd(A)
+    return U @ Vh
+
+
+def _sqrth_by_eigh(A: torch.Tensor) -> torch.Tensor:
+    w, V = torch.linalg.eigh(A)
+    return (V * w.clamp_min(0).sqrt()[..., None, :]) @ V.mH
 
 
 def _kernels_launched(device: torch.device, call: Callable) -> int | None:
@@ -627,30 +687,69 @@ def _kernels_launched(device: torch.device, call: Callable) -> int | None:
 def bench_latency(device: torch.device, batch: int) -> list[Result]:
     """One call at a time, as a training step makes it: the time from the call to the end
     of its device work (a synchronisation before and after; median of 50), beside the
-    host time alone (until the call returns) and the device kernels it launched. Bytes:
+    host time alone (until the call returns) and the device kernels it launched. On the
+    CPU (the OpenCL runtime) the host time is mpslinalg's alone, as if its launches cost
+    nothing: the time inside the runtime's launch (which on the CPU runs the kernel) is
+    left out, and the launches are counted; torch's row is its whole call there. Bytes:
     none counted (latency, not bandwidth)."""
     results = []
     for function, case, ours, torch_name, theirs in _latency_cases(device):
         if _progress is not None:
             _progress.case("latency", f"{function} {case}")
         for name, call in ((f"mpslinalg.{function}", ours), (torch_name, theirs)):
-            for _ in range(3):
-                call()
-            whole, host = [], []
-            for _ in range(50):
-                _synchronize(device)
-                begin = time.perf_counter()
-                call()
-                returned = time.perf_counter()
-                _synchronize(device)
-                whole.append(time.perf_counter() - begin)
-                host.append(returned - begin)
-            row = Result("latency", f"{function} {case}", name, statistics.median(whole), 0,
-                         host=statistics.median(host), kernels=_kernels_launched(device, call))
+            if device.type == "cpu" and call is ours:
+                host, launches = _host_time_without_launches(device, call)
+                row = Result("latency", f"{function} {case}", f"{name} {STUBBED}", host, 0, host=host, kernels=launches)
+            else:
+                for _ in range(3):
+                    call()
+                whole, host = [], []
+                for _ in range(50):
+                    _synchronize(device)
+                    begin = time.perf_counter()
+                    call()
+                    returned = time.perf_counter()
+                    _synchronize(device)
+                    whole.append(time.perf_counter() - begin)
+                    host.append(returned - begin)
+                row = Result("latency", f"{function} {case}", name, statistics.median(whole), 0,
+                             host=statistics.median(host), kernels=_kernels_launched(device, call))
             results.append(row)
             if _progress is not None:  # kept row by row: a run stopped by its time limit writes them
                 _progress.results.append(row)
     return results
+
+
+STUBBED = "(host, launches stubbed)"  # a CPU row's implementation ends so: not comparable with torch's
+
+
+def _host_time_without_launches(device: torch.device, call: Callable, calls: int = 200) -> tuple[float, int]:
+    """(the median over ``calls`` calls of a call's time less the time spent in its
+    runtime's launches, the launches one call makes): the host time of mpslinalg's own
+    Python and torch's ops around its kernels, as if a launch cost nothing."""
+    runtime = runtimes.for_device(device)
+    launch = runtime.launch
+    inside, launches = 0.0, 0
+
+    def timed_launch(*args, **kwargs):
+        nonlocal inside, launches
+        begin = time.perf_counter()
+        try:
+            return launch(*args, **kwargs)
+        finally:
+            inside += time.perf_counter() - begin
+            launches += 1
+
+    samples = []
+    with mock.patch.object(runtime, "launch", timed_launch):
+        for _ in range(3):
+            call()
+        for _ in range(calls):
+            inside, launches = 0.0, 0
+            begin = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - begin - inside)
+    return statistics.median(samples), launches
 
 
 def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:
@@ -731,12 +830,14 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
     for family in dict.fromkeys(r.family for r in results):
         if family == "latency":
             lines += ["", "## latency", "", "One call at a time, from the call until its device work ends (host time included), "
-                      "and the host's time until the call returns.", "",
+                      "and the host's time until the call returns. Rows marked " + STUBBED + " (the CPU's OpenCL runtime): "
+                      "mpslinalg's host time alone, its launches' time left out, and the kernels it launched; torch's row "
+                      "there is its whole call on the CPU.", "",
                       "| case | implementation | vs torch | time (ms) | host (ms) | device kernels |", "|---|---|---|---|---|---|"]
             for r in results:
                 if r.family == family:
                     base = _baseline(results, r)
-                    speedup = f"{base.seconds / r.seconds:.2f}x" if base else ""
+                    speedup = f"{base.seconds / r.seconds:.2f}x" if base and not r.implementation.endswith(STUBBED) else ""
                     kernels = "" if r.kernels is None else str(r.kernels)
                     lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.4f} | {r.host * 1e3:.4f} | {kernels} |")
             continue

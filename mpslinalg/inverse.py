@@ -116,8 +116,7 @@ def _(A):
 
 @_dispatch.answered_by(lambda A: _dispatch.TORCH.det(A))
 def _det_lu_body(A: torch.Tensor) -> torch.Tensor:
-    LU, pivots, _ = lu_family._lu_factor_body(A, True, "")
-    return lu_family._determinant_from(LU, pivots, False)
+    return lu_family.determinant(A, False)
 
 
 _det_lu = torch.library.custom_op("mpslinalg::det_lu", mutates_args=())(_det_lu_body)

@@ -15,10 +15,15 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   the other columns (slaswp) and solves for the U block row (strsm), a thread
   per column; the trailing update is one ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
+- n <= 32, fused, one launch a call: ``solve_small`` (sgesv: a team factors its
+  matrix as ``lu_factor_small`` does, keeps L U in threadgroup memory and solves
+  there, a thread a right-hand side; B = I for ``inv``), ``lu_solve_small``
+  (sgetrs from given factors) and ``determinant_small``. They keep no factors
+  for a backward, so they serve the calls that record no derivative.
 
-Solves are P, then the two triangular solves of the triangular family on the
-packed LU, so they differentiate through it; det and slogdet are the product
-of U's diagonal and the pivots' parity, computed on the device.
+Otherwise solves are P, then the two triangular solves of the triangular family
+on the packed LU, so they differentiate through it; det and slogdet are the
+product of U's diagonal and the pivots' parity, computed on the device.
 """
 
 from __future__ import annotations
@@ -79,6 +84,19 @@ SOLVE_SMALL = Kernel(
     group_size=lambda N, TRANSPOSED: N * TEAMS[N],
     template=lambda N, TRANSPOSED: (N, TEAMS[N], bool(TRANSPOSED)),
     shared=lambda N, TRANSPOSED: _solve_shared(N, True),
+)
+
+DETERMINANT_SMALL = Kernel(
+    function="determinant_small",
+    source="lu.metal",
+    args=(Buffer("a", const=True), Buffer("det_or_sign"), Buffer("logabs", "R"), Scalar("n"), Scalar("count"),
+          Scalar("logarithmic")),
+    instances=tuple({"N": n} for n in SOLVE_SIZES),
+    group_size=lambda N: N * TEAMS[N],
+    template=lambda N: (N, TEAMS[N]),
+    shared=lambda N: [Shared("offered_values", "R", 1), Shared("offered_positions", "int", 1),
+                      Shared("offered_rows", "T", 1), Shared("pivot_rows", "int", TEAMS[N] * N),
+                      Shared("staging", "T", TEAMS[N] * N * (N + 1))],
 )
 
 LU_SOLVE_SMALL = Kernel(
@@ -580,6 +598,25 @@ def _lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: boo
     return solve(LUh, solve(LUh, _rows(B.mT, order).mT, True, False, True), False, False, False)
 
 
+def determinant(A: torch.Tensor, logarithmic: bool):
+    """det, or (sign, logabsdet), of square A (n > 0): one launch up to n = 32
+    (determinant_small: the factorization and the product fused), else the
+    factorization and lu_determinant. Not differentiable (the ops' bodies call it)."""
+    *batch, n, _ = A.shape
+    size = next((s for s in SOLVE_SIZES if n <= s), 0)
+    if not size or not DETERMINANT_SMALL.exists(A.dtype, N=size):
+        LU, pivots, _ = _lu_factor_body(A, True, "")
+        return _determinant_from(LU, pivots, logarithmic)
+    a = _checks.resolved(A)
+    count = a.shape[:-2].numel()
+    real = a.real.dtype if a.is_complex() else a.dtype
+    det_or_sign = a.new_empty(batch)
+    logabs = a.new_empty(batch if logarithmic else (0,), dtype=real)  # det: an empty buffer
+    for matrices, tensors in batches(count, a.view(count, n, n), det_or_sign.view(count), logabs.view(-1)) if count else ():
+        launch(DETERMINANT_SMALL, groups_for(matrices, TEAMS[size]), *tensors, n, matrices, int(logarithmic), N=size)
+    return (det_or_sign, logabs) if logarithmic else det_or_sign
+
+
 def _determinant_from(LU: torch.Tensor, pivots: torch.Tensor, logarithmic: bool):
     """det, or (sign, logabsdet), of the matrices P L U, from LU's diagonal and the
     pivots' parity: one kernel launch (``lu_determinant``), not differentiable."""
@@ -896,8 +933,7 @@ def lu_inverse_ex(A: torch.Tensor, check_errors: str = "") -> tuple[torch.Tensor
 
 @_dispatch.answered_by(lambda A: tuple(_dispatch.TORCH.slogdet(A)))
 def _slogdet_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    LU, pivots, _ = _lu_factor_body(A, True, "")
-    return _determinant_from(LU, pivots, True)
+    return determinant(A, True)
 
 
 _slogdet_op = torch.library.custom_op("mpslinalg::slogdet", mutates_args=())(_slogdet_body)

@@ -108,9 +108,9 @@ BUDGETS = {
     "inv 32x32 complex": (lambda x: LA.inv(x["C32"]), 1, 2),
     "solve 32x32 complex, right": (lambda x: LA.solve(x["C32"], x["B32"], left=False), 1, 2),
     "lu_solve adjoint, right": (lambda x: LA.lu_solve(*x["LU"], x["B"].mT, left=False, adjoint=True), 1, 1),
-    "slogdet": (lambda x: LA.slogdet(x["M"]), 2, 0),
-    "logdet": (lambda x: LA.logdet(x["P"]), 2, 2),
-    "det 16x16": (lambda x: LA.det(x["M"]), 2, 0),
+    "slogdet": (lambda x: LA.slogdet(x["M"]), 1, 0),
+    "logdet": (lambda x: LA.logdet(x["P"]), 1, 2),
+    "det 16x16": (lambda x: LA.det(x["M"]), 1, 0),  # the factorization and the product fused
     "pinv": (lambda x: LA.pinv(x["M"]), 1, 5),
     "matrix_rank": (lambda x: LA.matrix_rank(x["M"]), 1, 4),
     "svdvals": (lambda x: LA.svdvals(x["M"]), 1, 0),
