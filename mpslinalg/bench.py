@@ -18,6 +18,7 @@ files); progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.metadata
 import json
 import os
@@ -35,6 +36,7 @@ import torch
 import mpslinalg as LA
 
 from . import eigh_family, runtimes
+from ._kernel import Buffer
 from .check import _synchronize, best_runtime
 
 # The row each case's speed-up is measured against.
@@ -723,33 +725,42 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
 STUBBED = "(host, launches stubbed)"  # a CPU row's implementation ends so: not comparable with torch's
 
 
-def _host_time_without_launches(device: torch.device, call: Callable, calls: int = 200) -> tuple[float, int]:
-    """(the median over ``calls`` calls of a call's time less the time spent in its
-    runtime's launches, the launches one call makes): the host time of mpslinalg's own
-    Python and torch's ops around its kernels, as if a launch cost nothing."""
+def _host_time_without_launches(device: torch.device, call: Callable, calls: int = 100, rounds: int = 5) -> tuple[float, int]:
+    """(a call's host time with its launches stubbed out: the least of ``rounds`` medians
+    over ``calls`` calls each, as the other processes of a shared CPU slow some rounds;
+    the launches one call makes): mpslinalg's own Python and torch's ops around its
+    kernels, as if a launch cost nothing. The stub runs no kernel (the OpenCL runtime's
+    worker threads would spin on the two cores the Python thread needs); it zeroes the
+    int outputs (info, pivots), so that checks and permutations read valid values, and
+    its own time is left out."""
     runtime = runtimes.for_device(device)
-    launch = runtime.launch
+    for _ in range(3):  # compiles, with the real launches
+        call()
+    time.sleep(0.1)  # the runtime's worker threads stop spinning
     inside, launches = 0.0, 0
 
-    def timed_launch(*args, **kwargs):
+    def stub(instance, groups, args, device):
         nonlocal inside, launches
         begin = time.perf_counter()
-        try:
-            return launch(*args, **kwargs)
-        finally:
-            inside += time.perf_counter() - begin
-            launches += 1
+        for arg, declared in zip(args, instance.kernel.args):
+            if isinstance(declared, Buffer) and declared.element == "int" and not declared.const:
+                arg.zero_()
+        inside += time.perf_counter() - begin
+        launches += 1
 
-    samples = []
-    with mock.patch.object(runtime, "launch", timed_launch):
-        for _ in range(3):
-            call()
-        for _ in range(calls):
-            inside, launches = 0.0, 0
-            begin = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - begin - inside)
-    return statistics.median(samples), launches
+    medians = []
+    gc.disable()  # as timeit: a collection now and then belongs to no one call
+    with mock.patch.object(runtime, "launch", stub):
+        for _ in range(rounds):
+            samples = []
+            for _ in range(calls):
+                inside, launches = 0.0, 0
+                begin = time.perf_counter()
+                call()
+                samples.append(time.perf_counter() - begin - inside)
+            medians.append(statistics.median(samples))
+    gc.enable()
+    return min(medians), launches
 
 
 def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:

@@ -479,19 +479,29 @@ def _lu_factor(A: torch.Tensor, pivot: bool = True, check_errors: str = ""):
 
 def fused_size(n: int, dtype: torch.dtype) -> int:
     """The N of the solve_small / lu_solve_small instances for n x n systems, or 0."""
-    size = next((s for s in SOLVE_SIZES if n <= s), 0)
-    return size if size and SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0) else 0
+    found = _FUSED_SIZES.get((n, dtype))  # every small solve asks: a dictionary lookup
+    if found is None:
+        size = next((s for s in SOLVE_SIZES if n <= s), 0)
+        found = _FUSED_SIZES.setdefault((n, dtype), size if size and SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0) else 0)
+    return found
 
 
-def _fused_batch(square: torch.Tensor, B: torch.Tensor, square_may_broadcast: bool) -> bool:
-    """Whether the fused kernels take this pair as it is: the square operand's batch is
-    the broadcast batch (or, where ``square_may_broadcast``, one matrix), B's the same
-    or one matrix; a nonempty batch of nonempty systems that one launch takes."""
-    batch = torch.broadcast_shapes(square.shape[:-2], B.shape[:-2])
-    count = batch.numel()
-    fits_square = square.shape[:-2] == batch or (square_may_broadcast and square.shape[:-2].numel() == 1)
-    return (fits_square and (B.shape[:-2] == batch or B.shape[:-2].numel() == 1)
-            and 0 < count <= LAUNCH_LIMIT and B.numel() > 0 and square.shape[-1] > 0)
+_FUSED_SIZES: dict[tuple[int, torch.dtype], int] = {}
+
+
+def _fused_batch(square: torch.Tensor, B: torch.Tensor, square_may_broadcast: bool) -> torch.Size | None:
+    """The broadcast batch of a pair the fused kernels take as it lies, else None: B's
+    batch is the square operand's or one matrix, or (``square_may_broadcast``) the
+    square operand is one matrix; a nonempty batch of nonempty systems that one launch
+    takes. (From the shapes alone: torch.broadcast_shapes costs 10 us a call.)"""
+    a, b = square.shape[:-2], B.shape[:-2]
+    if a == b or (b.numel() == 1 and len(b) <= len(a)):
+        batch = a
+    elif square_may_broadcast and a.numel() == 1 and len(a) <= len(b):
+        batch = b
+    else:
+        return None
+    return batch if 0 < batch.numel() <= LAUNCH_LIMIT and B.numel() > 0 and square.shape[-1] > 0 else None
 
 
 def _without_derivatives(*tensors: torch.Tensor) -> bool:
@@ -548,7 +558,7 @@ def _lu_solve_small_body(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor
     by_columns = not LU.is_contiguous() and LU.mT.is_contiguous() and not LU.is_conj() and not LU.is_neg()
     lu = LU.mT if by_columns else _checks.resolved(LU)
     ipiv, b = pivots.contiguous(), _checks.resolved(B)
-    batch = torch.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    batch = _fused_batch(lu, b, True)
     n = lu.shape[-1]
     k = b.shape[-1] if left else b.shape[-2]
     count = batch.numel()
@@ -568,7 +578,7 @@ _lu_solve_small_op = torch.library.custom_op("mpslinalg::lu_solve_small", mutate
 
 @_lu_solve_small_op.register_fake
 def _(LU, pivots, B, left, adjoint):
-    return B.new_empty(*torch.broadcast_shapes(LU.shape[:-2], B.shape[:-2]), *B.shape[-2:])
+    return B.new_empty(*_fused_batch(LU, B, True), *B.shape[-2:])
 
 
 # --- solves, determinants and inverses from the factors ---
@@ -578,7 +588,7 @@ def _lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: boo
     """X with A X = B, A^H X = B, X A = B or X A^H = B for A = P L U (sgetrs): one
     launch of lu_solve_small where no derivative is recorded, else the permutation and
     two triangular solves on the packed LU, differentiable in LU and B."""
-    if (fused_size(LU.shape[-1], LU.dtype) and _fused_batch(LU, B, True)
+    if (fused_size(LU.shape[-1], LU.dtype) and _fused_batch(LU, B, True) is not None
             and _without_derivatives(LU, pivots, B)):
         return _dispatch.call(torch.ops.mpslinalg.lu_solve_small, _lu_solve_small_body, LU, pivots, B, left, adjoint)
     order = _permutation(pivots, LU.shape[-1])
@@ -915,7 +925,7 @@ def _solve_ex(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, check_erro
     if vector:
         B = B.unsqueeze(-1)
     _check_pair(api, A, B, left)
-    if fused_size(A.shape[-1], A.dtype) and _fused_batch(A, B, False) and _without_derivatives(A, B):
+    if fused_size(A.shape[-1], A.dtype) and _fused_batch(A, B, False) is not None and _without_derivatives(A, B):
         X, info = _dispatch.call(torch.ops.mpslinalg.solve_small, _solve_small_body, A, B, left, check_errors)
     else:
         LU, pivots, info = _lu_factor(A, True, check_errors)
