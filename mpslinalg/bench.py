@@ -894,8 +894,10 @@ def comparisons(results: list[Result]) -> list[Comparison]:
     """Every mpslinalg row timed eagerly, with its graph replay and its baselines."""
     found = []
     for r in results:
-        # Rows of one route of a function ("mpslinalg.eigh by the SVD") serve crossovers, not users.
-        if not r.implementation.startswith("mpslinalg.") or r.implementation.endswith(" (graph)") or " by the " in r.implementation:
+        # Rows of one route of a function ("mpslinalg.eigh by the SVD") serve crossovers, not users;
+        # host times with stubbed launches compare with no torch row.
+        if (not r.implementation.startswith("mpslinalg.") or r.implementation.endswith((" (graph)", STUBBED))
+                or " by the " in r.implementation):
             continue
         same = [o for o in results if (o.family, o.case) == (r.family, r.case)]
         graph = next((g for g in same if g.implementation == r.implementation + " (graph)"), None)
@@ -913,18 +915,21 @@ def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.2g}x" if x < 10 else f"{x:.0f}x"
 
 
-def performance_page(results: list[Result], header: str, peak: float | None, figures: str) -> str:
+def performance_page(results: list[Result], header: str, peak: float | None, figures: str,
+                     runs: dict[str, list[str]] | None = None) -> str:
     """The users' performance page: the measured setting, the cases where torch.linalg is
-    faster, and per family a plot and a table with the ratios first."""
-    paragraphs = header.split("\n\n")
-    setting = paragraphs[1].split(". Time per call")[0]
-    runs = [p for p in paragraphs if p.startswith("Runs: ")]
+    faster, and per family a plot and a table with the ratios first. ``runs`` (a merged
+    report's settings and their families) names the settings of the families shown."""
+    setting = header.split("\n\n")[1].split(". Time per call")[0]
     found = comparisons(results)
+    shown = {c.family for c in found}
+    settings = [f"{', '.join(f for f in families if f in shown)} on {where}"
+                for where, families in (runs or {}).items() if shown.intersection(families)]
     lines = [
         "# Performance", "",
         # A merged report's runs name each setting's families; else the one setting.
-        f"Measured with `python -m mpslinalg.bench`: {runs[0].removeprefix('Runs: ')}" if runs
-        else f"Measured with `python -m mpslinalg.bench` on {setting}.", "",
+        f"Measured with `python -m mpslinalg.bench`: {'; '.join(settings)}." if len(settings) > 1
+        else f"Measured with `python -m mpslinalg.bench` on {settings[0].split(' on ', 1)[1] if settings else setting}.", "",
         "How to read the tables: **x torch** is torch.linalg's time divided by mpslinalg's for the same call "
         "on the same device in the same process, so above 1x mpslinalg is faster. *Eager* is one call as a "
         "training step makes it, host work included (the median of back-to-back calls); *GPU time* replays "
@@ -1019,7 +1024,8 @@ def report(paths: list[str], page: str) -> int:
     directory = os.path.splitext(page)[0]
     plot(results, directory)
     with open(page, "w") as f:
-        f.write(performance_page(results, runs[0]["header"], runs[0].get("peak"), os.path.basename(directory)))
+        f.write(performance_page(results, runs[0]["header"], runs[0].get("peak"), os.path.basename(directory),
+                                 runs[0].get("runs")))
     return 0
 
 

@@ -457,6 +457,13 @@ def _square_calls(rng, A: torch.Tensor, B: torch.Tensor) -> Iterator[Call]:
     yield "lu_factor_ex", f"{shape} stacked twice", lambda: testing.lu_ratio(tall, *LA.lu_factor_ex(tall)[:2])
     yield "lu", shape, lambda: _plu_ratio(A, *LA.lu(A))
     yield "solve", f"{shape} {B.shape[-1]} rhs", lambda: testing.general_solve_ratio(A, LA.solve(A, B), B)
+    yield "solve", f"{shape} {B.shape[-1]} rhs, right", lambda: testing.general_solve_ratio(A, LA.solve(A, B.mT, left=False), B.mT, False)
+    for left in (True, False):  # lu_solve_small's four cases (the transposed and conjugated instances)
+        for adjoint in (False, True):
+            rhs = B if left else B.mT.contiguous()
+            yield "lu_solve", f"{shape} {B.shape[-1]} rhs{'' if left else ', right'}{', adjoint' if adjoint else ''}", (
+                lambda rhs=rhs, left=left, adjoint=adjoint: testing.general_solve_ratio(
+                    A, LA.lu_solve(*LA.lu_factor(A), rhs, left=left, adjoint=adjoint), rhs, left, adjoint))
     for upper in (False, True):
         for unit in (False, True):
             T = _triangles(rng, batch, n, A.dtype, upper, unit, A.device)

@@ -568,8 +568,7 @@ def _lu_solve_small_body(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor
     b_stride = n * k if b.shape[:-2] == batch else 0
     conjugated = int(adjoint and lu.is_complex())
     launch(LU_SOLVE_SMALL, groups_for(count, TEAMS[size]), lu, ipiv, b, x, n, k, count, lu_stride, int(by_columns),
-           b_stride, int(left),
-           N=size, TRANSPOSED=int(left == adjoint), CONJUGATED=conjugated)
+           b_stride, int(left), N=size, TRANSPOSED=int(left == adjoint), CONJUGATED=conjugated)
     return x
 
 
