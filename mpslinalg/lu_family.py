@@ -478,15 +478,22 @@ def _lu_factor(A: torch.Tensor, pivot: bool = True, check_errors: str = ""):
 
 
 def fused_size(n: int, dtype: torch.dtype) -> int:
-    """The N of the solve_small / lu_solve_small instances for n x n systems, or 0."""
-    found = _FUSED_SIZES.get((n, dtype))  # every small solve asks: a dictionary lookup
-    if found is None:
-        size = next((s for s in SOLVE_SIZES if n <= s), 0)
-        found = _FUSED_SIZES.setdefault((n, dtype), size if size and SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0) else 0)
-    return found
+    """The N of the fused kernels' instances for n x n systems (solve_small,
+    lu_solve_small, determinant_small), or 0. A loop and a table read: torch.compile
+    traces it (torch 2.7's Dynamo takes no next() of a generator)."""
+    for size in SOLVE_SIZES:
+        if n <= size:
+            return size if _FUSED_DTYPES.get((dtype, size), False) else 0
+    return 0
 
 
-_FUSED_SIZES: dict[tuple[int, torch.dtype], int] = {}
+# (dtype, N) -> whether every fused kernel has that instance (the declarations decide).
+_FUSED_DTYPES = {
+    (dtype, size): all(kernel.exists(dtype, **values) for kernel, values in (
+        (SOLVE_SMALL, {"N": size, "TRANSPOSED": 0}), (LU_SOLVE_SMALL, {"N": size, "TRANSPOSED": 0, "CONJUGATED": 0}),
+        (DETERMINANT_SMALL, {"N": size})))
+    for dtype in SOLVE_SMALL.dtypes for size in SOLVE_SIZES
+}
 
 
 def _fused_batch(square: torch.Tensor, B: torch.Tensor, square_may_broadcast: bool) -> torch.Size | None:
@@ -612,8 +619,8 @@ def determinant(A: torch.Tensor, logarithmic: bool):
     (determinant_small: the factorization and the product fused), else the
     factorization and lu_determinant. Not differentiable (the ops' bodies call it)."""
     *batch, n, _ = A.shape
-    size = next((s for s in SOLVE_SIZES if n <= s), 0)
-    if not size or not DETERMINANT_SMALL.exists(A.dtype, N=size):
+    size = fused_size(n, A.dtype)
+    if not size:
         LU, pivots, _ = _lu_factor_body(A, True, "")
         return _determinant_from(LU, pivots, logarithmic)
     a = _checks.resolved(A)
