@@ -143,7 +143,10 @@ _INSTANCES: dict[tuple, Instance] = {}
 _EXISTS: dict[tuple, bool] = {}
 
 
-@dataclass(frozen=True)
+# Compared and hashed by identity: Kernel.instance interns one per (kernel, dtype,
+# values), and every launch looks its compiled entry point up by it (a field-wise hash
+# of the dataclass cost a microsecond a launch).
+@dataclass(frozen=True, eq=False)
 class Instance:
     kernel: Kernel
     scalar: ScalarType
