@@ -324,6 +324,7 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
   }
 }
 
+// x, or conj(x): the factors of a solve with A^H (or of X A^H = B).
 template <bool CONJUGATED, typename T>
 METAL_FUNC T conjugate_if(T x) {
   if (CONJUGATED) {
@@ -477,10 +478,11 @@ METAL_FUNC void solve_small(const device T* a, const device T* b, device T* x, d
 // sgetrs for n x n factors, n <= N <= 32, as lu_factor_small leaves them: a
 // team stages its LU in threadgroup memory and turns the pivots into a row
 // order (slaswp on 0..n-1), then solves (solve_from_factors).
-//   lu: count x n x n, lu_stride apart, by rows (lu_by_columns = 0) or by columns
-//   (1: LAPACK's layout, as torch's lu_factor leaves it); pivots: count x n
-//   (1-based), n * (lu_stride != 0) apart (0: one factorization for every B); b, x: count x n x k (left)
-//   or count x k x n (right), b_stride apart (0: one B for all).
+//   lu: count x n x n, lu_stride apart (0: one factorization for every B), by
+//   rows (lu_by_columns = 0) or by columns (1: LAPACK's layout, as torch's
+//   lu_factor leaves it); pivots: count x n (1-based), n apart (0 where
+//   lu_stride is); b, x: count x n x k (left) or count x k x n (right),
+//   b_stride apart (0: one B for all).
 //   TRANSPOSED = (left == adjoint): A X = B and X A^H = B are not, A^H X = B
 //   and X A = B are; CONJUGATED = adjoint.
 template <typename T, int N, int TEAMS, bool TRANSPOSED, bool CONJUGATED>

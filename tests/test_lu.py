@@ -235,6 +235,7 @@ def test_fused_solves_in_one_launch(device, n, dtype):
 def test_solves_that_record_derivatives_take_the_factorization(device):
     """The fused kernels keep no factors: a call whose gradient is recorded factors A
     (lu_factor_small) and solves through the differentiable triangular solves."""
+    supported(device, torch.float64)
     A = batch_of((2,), 6, torch.float64, rng).to(device).requires_grad_()
     B = gaussian((2, 6, 2), torch.float64).to(device)
     launched, X = launches_of(device, lambda: LA.solve(A, B))
