@@ -429,7 +429,7 @@ METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup in
   }
 }
 
-// sgesv for n x n A, n <= N <= 32: a team factors A in registers (factor_rows),
+// sgesv for n x n A, n <= N <= 32 (instantiated to 16): a team factors A in registers (factor_rows),
 // leaves L U in its tile and solves from it (solve_from_factors); neither the
 // factors nor the pivots go to device memory.
 //   a: count x n x n; b, x: count x n x k (left) or count x k x n (right), b
@@ -475,7 +475,7 @@ METAL_FUNC void solve_small(const device T* a, const device T* b, device T* x, d
   }
 }
 
-// sgetrs for n x n factors, n <= N <= 32, as lu_factor_small leaves them: a
+// sgetrs for n x n factors, n <= N <= 32 (instantiated to 16), as lu_factor_small leaves them: a
 // team stages its LU in threadgroup memory and turns the pivots into a row
 // order (slaswp on 0..n-1), then solves (solve_from_factors).
 //   lu: count x n x n, lu_stride apart (0: one factorization for every B), by

@@ -15,10 +15,10 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   the other columns (slaswp) and solves for the U block row (strsm), a thread
   per column; the trailing update is one ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
-- n <= 32, fused, one launch a call: ``solve_small`` (sgesv: a team factors its
+- Fused, one launch a call: ``solve_small`` (sgesv, n <= 16: a team factors its
   matrix as ``lu_factor_small`` does, keeps L U in threadgroup memory and solves
   there, a thread a right-hand side; B = I for ``inv``), ``lu_solve_small``
-  (sgetrs from given factors) and ``determinant_small``. They keep no factors
+  (sgetrs from given factors, n <= 16) and ``determinant_small`` (n <= 32). They keep no factors
   for a backward, so they serve the calls that record no derivative.
 
 Otherwise solves are P, then the two triangular solves of the triangular family
@@ -63,7 +63,11 @@ LU_FACTOR_SMALL = Kernel(
 
 # The fused solves: a team factors its matrix (or stages given factors) and keeps
 # L U in threadgroup memory, where every thread solves for one right-hand side.
-SOLVE_SIZES = (8, 16, 32)
+# n <= 16 for the solves: at 32 a thread's dense triangular solves of 32 rows run 5-8x
+# slower than at 16 on an H100 (lu_solve 10^4 x 32x32 float32, 8 rhs: 0.87 ms against
+# the composed route's 0.34 and torch's 0.19), so 17..32 keep the composed route.
+SOLVE_SIZES = (8, 16)
+DETERMINANT_SIZES = (8, 16, 32)  # no solve: 2.3x torch at 32 (H100)
 
 
 def _solve_shared(N: int, factoring: bool) -> list[Shared]:
@@ -91,7 +95,7 @@ DETERMINANT_SMALL = Kernel(
     source="lu.metal",
     args=(Buffer("a", const=True), Buffer("det_or_sign"), Buffer("logabs", "R"), Scalar("n"), Scalar("count"),
           Scalar("logarithmic")),
-    instances=tuple({"N": n} for n in SOLVE_SIZES),
+    instances=tuple({"N": n} for n in DETERMINANT_SIZES),
     group_size=lambda N: N * TEAMS[N],
     template=lambda N: (N, TEAMS[N]),
     shared=lambda N: [Shared("offered_values", "R", 1), Shared("offered_positions", "int", 1),
@@ -477,22 +481,24 @@ def _lu_factor(A: torch.Tensor, pivot: bool = True, check_errors: str = ""):
 # --- the fused solves: one launch where no derivative is recorded ---
 
 
-def fused_size(n: int, dtype: torch.dtype) -> int:
-    """The N of the fused kernels' instances for n x n systems (solve_small,
-    lu_solve_small, determinant_small), or 0. A loop and a table read: torch.compile
-    traces it (torch 2.7's Dynamo takes no next() of a generator)."""
-    for size in SOLVE_SIZES:
+def fused_size(n: int, dtype: torch.dtype, sizes: tuple[int, ...] = SOLVE_SIZES) -> int:
+    """The N of the fused solves' instances (solve_small, lu_solve_small) for n x n
+    systems, or, with ``sizes=DETERMINANT_SIZES``, of determinant_small; 0 if none. A
+    loop and a table read: torch.compile traces it (torch 2.7's Dynamo takes no next()
+    of a generator)."""
+    for size in sizes:
         if n <= size:
-            return size if _FUSED_DTYPES.get((dtype, size), False) else 0
+            return size if _FUSED_DTYPES.get((dtype, size, sizes is SOLVE_SIZES), False) else 0
     return 0
 
 
-# (dtype, N) -> whether every fused kernel has that instance (the declarations decide).
+# (dtype, N, solves) -> whether the fused kernels have that instance (the declarations decide).
 _FUSED_DTYPES = {
-    (dtype, size): all(kernel.exists(dtype, **values) for kernel, values in (
-        (SOLVE_SMALL, {"N": size, "TRANSPOSED": 0}), (LU_SOLVE_SMALL, {"N": size, "TRANSPOSED": 0, "CONJUGATED": 0}),
-        (DETERMINANT_SMALL, {"N": size})))
-    for dtype in SOLVE_SMALL.dtypes for size in SOLVE_SIZES
+    **{(dtype, size, True): SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0)
+       and LU_SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0, CONJUGATED=0)
+       for dtype in SOLVE_SMALL.dtypes for size in SOLVE_SIZES},
+    **{(dtype, size, False): DETERMINANT_SMALL.exists(dtype, N=size) for dtype in SOLVE_SMALL.dtypes
+       for size in DETERMINANT_SIZES},
 }
 
 
@@ -531,7 +537,7 @@ def _solve_by_torch(A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: 
 
 @_dispatch.answered_by(_solve_by_torch)
 def _solve_small_body(A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(X, info) with A X = B (X A = B), sgesv for n <= 32 in one launch (solve_small):
+    """(X, info) with A X = B (X A = B), sgesv for n <= 16 in one launch (solve_small):
     A's batch is the broadcast batch, B's the same or one matrix (_fused_batch)."""
     a, b = _checks.resolved(A), _checks.resolved(B)
     batch, n = a.shape[:-2], a.shape[-1]
@@ -559,7 +565,7 @@ def _(A, B, left, check_errors):
 
 @_dispatch.answered_by(lambda LU, pivots, B, left, adjoint: _dispatch.TORCH.lu_solve(LU, pivots, B, left=left, adjoint=adjoint))
 def _lu_solve_small_body(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: bool, adjoint: bool) -> torch.Tensor:
-    """X from A = P L U as lu_solve's, sgetrs for n <= 32 in one launch (lu_solve_small):
+    """X from A = P L U as lu_solve's, sgetrs for n <= 16 in one launch (lu_solve_small):
     LU's and B's batches each the broadcast batch or one matrix (_fused_batch)."""
     # Factors by columns (torch's, LAPACK's layout) are read as they lie, not copied.
     by_columns = not LU.is_contiguous() and LU.mT.is_contiguous() and not LU.is_conj() and not LU.is_neg()
@@ -619,7 +625,7 @@ def determinant(A: torch.Tensor, logarithmic: bool):
     (determinant_small: the factorization and the product fused), else the
     factorization and lu_determinant. Not differentiable (the ops' bodies call it)."""
     *batch, n, _ = A.shape
-    size = fused_size(n, A.dtype)
+    size = fused_size(n, A.dtype, DETERMINANT_SIZES)
     if not size:
         LU, pivots, _ = _lu_factor_body(A, True, "")
         return _determinant_from(LU, pivots, logarithmic)
