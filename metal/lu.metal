@@ -333,103 +333,117 @@ METAL_FUNC T conjugate_if(T x) {
   return x;
 }
 
-// sgetrs on a team's factors in threadgroup memory, a thread per right-hand
-// side: lu (the team's tile, row i at i * STRIDE) holds P^T A = L U of an n x n
-// A, order[i] the row of A at position i. A right-hand side is a vector v of n
-// elements of b, element i of vector c at b[i * k + c] (left: the columns of an
-// n x k B) or b[c * n + i] (right: the rows of a k x n B); x is laid out as b.
+// sgetrs on a team's factors in threadgroup memory, by rows: thread t of the
+// team holds element t of VECTORS right-hand sides at a time, and each step of a
+// triangle takes one final element from its thread by a shuffle (the team lies
+// in one SIMD group, lanes lane0 .. lane0 + N - 1) and subtracts its multiple,
+// as strsm's column form does. (A thread per right-hand side with the whole
+// vector in registers ran 5-8x slower at n = 32 than at 16 on an H100.)
+// lu (the team's tile, row i at i * STRIDE, zeros past n) holds P^T A = L U of
+// an n x n A, order[i] the row of A at position i. A right-hand side is a vector
+// v of n elements of b, element i of vector c at b[i * k + c] (left: the columns
+// of an n x k B) or b[c * n + i] (right: the rows of a k x n B); x is laid out
+// as b.
 //   TRANSPOSED = false: v <- U^-1 L^-1 P^T v  (A X = B; with CONJUGATED, the
 //     factors conjugated: X A^H = B, as A X^H = B^H is conj(A) X^T = B^T);
 //   TRANSPOSED = true:  v <- P L^-T U^-T v    (X A = B, as A^T X^T = B^T; with
 //     CONJUGATED, A^H X = B).
-// Triangles are applied as strsm's reference does (a dot product a row, the
-// diagonal divided by): a zero u_ii gives inf/NaN, no error. identity: b is not
-// read, B = I (inverses). (CONJUGATED is a template argument: as a runtime flag
-// on complex factors, Intel's OpenCL compiler takes minutes over n = 32.)
+// A zero u_ii gives inf/NaN, no error. identity: b is not read, B = I
+// (inverses). Every lane of the SIMD group calls this (present: the team has a
+// matrix; only such a team reads and writes), with the batch's n and k, so the
+// shuffles are in uniform control flow. (CONJUGATED is a template argument: as
+// a runtime flag on complex factors, Intel's OpenCL compiler takes minutes over
+// n = 32.)
 template <typename T, int N, bool TRANSPOSED, bool CONJUGATED>
 METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup int* order, const device T* b,
-                                   device T* x, int n, int k, int left, int identity, int t) {
+                                   device T* x, int n, int k, int left, int identity, bool present, int t,
+                                   int lane0) {
   typedef typename scalar_traits<T>::real R;
   const int STRIDE = team_shape<N>::STRIDE;
+  const int VECTORS = 4;  // right-hand sides a pass: independent shuffles in flight
   const T zero = scalar_traits<T>::from_real(R(0));
   const T one = scalar_traits<T>::from_real(R(1));
-  const int step = left ? k : 1;      // between consecutive elements of a vector
-  const int spacing = left ? 1 : n;   // between consecutive vectors
-  for (int c = t; c < k; c += N) {
-    T v[N];
+  const int step = left ? k : 1;     // between consecutive elements of a vector
+  const int spacing = left ? 1 : n;  // between consecutive vectors
+  const bool mine = present && t < n;
+  // Non-transposed solves take P^T v (element t is row order[t] of B);
+  // transposed ones end with P v (element t goes to row order[t]).
+  const int row = mine ? order[t] : 0;
+  const int source = TRANSPOSED ? t : row;
+  const int target = TRANSPOSED ? row : t;
+  const threadgroup T* own = lu + t * STRIDE;  // row t of the factors
+  for (int c0 = 0; c0 < k; c0 += VECTORS) {
+    T v[VECTORS];
     #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      // Non-transposed solves take P^T v: row order[i] of B comes first.
-      const int source = TRANSPOSED ? i : (i < n ? order[i] : 0);
-      v[i] = zero;
-      if (i < n && identity && source == c) {
-        v[i] = one;
-      } else if (i < n && !identity) {
-        v[i] = load(b + source * step + c * spacing);
+    for (int r = 0; r < VECTORS; ++r) {
+      v[r] = zero;
+      if (mine && c0 + r < k) {
+        if (identity) {
+          if (source == c0 + r) {
+            v[r] = one;
+          }
+        } else {
+          v[r] = load(b + source * step + (c0 + r) * spacing);
+        }
       }
     }
-    if (!TRANSPOSED) {
-      #pragma unroll
-      for (int i = 1; i < N; ++i) {  // L, unit lower
-        T s = v[i];
+    // Column j of the first triangle (L, or U^T: row j of U) below the
+    // diagonal, and of the second (U, or L^T) above it; a diagonal divides
+    // element j before it is spent. (The guards on j and c0 + r are uniform.)
+    #pragma unroll
+    for (int j = 0; j < N; ++j) {
+      if (j < n) {
+        if (TRANSPOSED && t == j) {
+          const T d = conjugate_if<CONJUGATED>(own[j]);
+          #pragma unroll
+          for (int r = 0; r < VECTORS; ++r) {
+            v[r] = v[r] / d;
+          }
+        }
+        const T f = conjugate_if<CONJUGATED>(TRANSPOSED ? lu[j * STRIDE + t] : own[j]);
         #pragma unroll
-        for (int j = 0; j < i; ++j) {
-          const T l = lu[i * STRIDE + j];
-          s = multiply_subtract(s, conjugate_if<CONJUGATED>(l), v[j]);
+        for (int r = 0; r < VECTORS; ++r) {
+          if (c0 + r < k) {
+            const T element = simd_shuffle(v[r], ushort(lane0 + j));
+            if (t > j) {
+              v[r] = multiply_subtract(v[r], f, element);
+            }
+          }
         }
-        v[i] = i < n ? s : zero;
-      }
-      #pragma unroll
-      for (int i = N - 1; i >= 0; --i) {  // U, upper
-        T s = v[i];
-        #pragma unroll
-        for (int j = i + 1; j < N; ++j) {
-          const T u = lu[i * STRIDE + j];
-          s = multiply_subtract(s, conjugate_if<CONJUGATED>(u), v[j]);
-        }
-        const T d = lu[i * STRIDE + i];
-        v[i] = zero;
-        if (i < n) {
-          v[i] = s / conjugate_if<CONJUGATED>(d);
-        }
-      }
-    } else {
-      #pragma unroll
-      for (int i = 0; i < N; ++i) {  // U^T, lower
-        T s = v[i];
-        #pragma unroll
-        for (int j = 0; j < i; ++j) {
-          const T u = lu[j * STRIDE + i];
-          s = multiply_subtract(s, conjugate_if<CONJUGATED>(u), v[j]);
-        }
-        const T d = lu[i * STRIDE + i];
-        v[i] = zero;
-        if (i < n) {
-          v[i] = s / conjugate_if<CONJUGATED>(d);
-        }
-      }
-      #pragma unroll
-      for (int i = N - 2; i >= 0; --i) {  // L^T, unit upper
-        T s = v[i];
-        #pragma unroll
-        for (int j = i + 1; j < N; ++j) {
-          const T l = lu[j * STRIDE + i];
-          s = multiply_subtract(s, conjugate_if<CONJUGATED>(l), v[j]);
-        }
-        v[i] = i < n ? s : zero;
       }
     }
     #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      // Transposed solves end with P v: element i goes to row order[i].
-      if (i < n) {
-        store(x + (TRANSPOSED ? order[i] : i) * step + c * spacing, v[i]);
+    for (int j = N - 1; j >= 0; --j) {
+      if (j < n) {
+        if (!TRANSPOSED && t == j) {
+          const T d = conjugate_if<CONJUGATED>(own[j]);
+          #pragma unroll
+          for (int r = 0; r < VECTORS; ++r) {
+            v[r] = v[r] / d;
+          }
+        }
+        const T f = conjugate_if<CONJUGATED>(TRANSPOSED ? lu[j * STRIDE + t] : own[j]);
+        #pragma unroll
+        for (int r = 0; r < VECTORS; ++r) {
+          if (c0 + r < k) {
+            const T element = simd_shuffle(v[r], ushort(lane0 + j));
+            if (t < j) {
+              v[r] = multiply_subtract(v[r], f, element);
+            }
+          }
+        }
+      }
+    }
+    #pragma unroll
+    for (int r = 0; r < VECTORS; ++r) {
+      if (mine && c0 + r < k) {
+        store(x + target * step + (c0 + r) * spacing, v[r]);
       }
     }
   }
 }
 
-// sgesv for n x n A, n <= N <= 32 (instantiated to 16): a team factors A in registers (factor_rows),
+// sgesv for n x n A, n <= N <= 32: a team factors A in registers (factor_rows),
 // leaves L U in its tile and solves from it (solve_from_factors); neither the
 // factors nor the pivots go to device memory.
 //   a: count x n x n; b, x: count x n x k (left) or count x k x n (right), b
@@ -466,16 +480,14 @@ METAL_FUNC void solve_small(const device T* a, const device T* b, device T* x, d
     team_order[position] = t;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (present) {
-    solve_from_factors<T, N, TRANSPOSED, false>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n, k,
-                                                TRANSPOSED ? 0 : 1, identity, t);
-    if (t == 0) {
-      info[matrix] = first_zero;
-    }
+  solve_from_factors<T, N, TRANSPOSED, false>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n, k,
+                                              TRANSPOSED ? 0 : 1, identity, present, t, int(pos.simd_lane) - t);
+  if (present && t == 0) {
+    info[matrix] = first_zero;
   }
 }
 
-// sgetrs for n x n factors, n <= N <= 32 (instantiated to 16), as lu_factor_small leaves them: a
+// sgetrs for n x n factors, n <= N <= 32, as lu_factor_small leaves them: a
 // team stages its LU in threadgroup memory and turns the pivots into a row
 // order (slaswp on 0..n-1), then solves (solve_from_factors).
 //   lu: count x n x n, lu_stride apart (0: one factorization for every B), by
@@ -520,10 +532,8 @@ METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, con
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (present) {
-    solve_from_factors<T, N, TRANSPOSED, CONJUGATED>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n,
-                                                     k, left, 0, t);
-  }
+  solve_from_factors<T, N, TRANSPOSED, CONJUGATED>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n, k,
+                                                   left, 0, present, t, int(pos.simd_lane) - t);
 }
 
 // Step j of sgetf2 on the rows first, first + SIMDS, ... (< m) of one panel

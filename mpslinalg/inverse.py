@@ -2,7 +2,7 @@
 
 Matrices up to 4 x 4 run in one fused kernel (``metal/inverse.metal``) that
 factors each matrix with partial pivoting and solves in registers, one thread
-per matrix; up to 16 x 16 in the LU family's fused solve (``solve_small``, a
+per matrix; up to 32 x 32 in the LU family's fused solve (``solve_small``, a
 team of threads per matrix, B = I). Larger matrices go through the LU family's
 factorization and solves (``lu_family.py``).
 """
@@ -278,7 +278,7 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
         holds inf/NaN as torch's does. No host synchronisation.
 
     Gradients (reverse and forward mode) flow to ``inverse``: ``-A^-H G A^-H``.
-    One launch up to n = 16 (n <= 4: a thread a matrix; above, the LU family's
+    One launch up to n = 32 (n <= 4: a thread a matrix; above, the LU family's
     fused sgesv with B = I); larger n the LU factorization and its solves with
     B = I (as torch.linalg.inv_ex).
 
@@ -299,7 +299,7 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False, out=None):
 def inv(A: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The inverse of square matrices, like ``torch.linalg.inv``.
 
-    One launch up to n = 16 (the LU with partial pivoting and the solves with
+    One launch up to n = 32 (the LU with partial pivoting and the solves with
     B = I fused); larger n the LU family's factorization and solves.
 
     Args:

@@ -15,11 +15,12 @@ Kernels (``metal/lu.metal``), LAPACK's sgetrf / cgetrf:
   the other columns (slaswp) and solves for the U block row (strsm), a thread
   per column; the trailing update is one ``torch.baddbmm``.
 - ``lu_permutation``: LAPACK's interchanges as a row order, for the solves.
-- Fused, one launch a call: ``solve_small`` (sgesv, n <= 16: a team factors its
+- n <= 32, fused, one launch a call: ``solve_small`` (sgesv: a team factors its
   matrix as ``lu_factor_small`` does, keeps L U in threadgroup memory and solves
-  there, a thread a right-hand side; B = I for ``inv``), ``lu_solve_small``
-  (sgetrs from given factors, n <= 16) and ``determinant_small`` (n <= 32). They keep no factors
-  for a backward, so they serve the calls that record no derivative.
+  there by rows, a thread an element of every right-hand side; B = I for
+  ``inv``), ``lu_solve_small`` (sgetrs from given factors) and
+  ``determinant_small``. They keep no factors for a backward, so they serve the
+  calls that record no derivative.
 
 Otherwise solves are P, then the two triangular solves of the triangular family
 on the packed LU, so they differentiate through it; det and slogdet are the
@@ -62,12 +63,10 @@ LU_FACTOR_SMALL = Kernel(
 )
 
 # The fused solves: a team factors its matrix (or stages given factors) and keeps
-# L U in threadgroup memory, where every thread solves for one right-hand side.
-# n <= 16 for the solves: at 32 a thread's dense triangular solves of 32 rows run 5-8x
-# slower than at 16 on an H100 (lu_solve 10^4 x 32x32 float32, 8 rhs: 0.87 ms against
-# the composed route's 0.34 and torch's 0.19), so 17..32 keep the composed route.
-SOLVE_SIZES = (8, 16)
-DETERMINANT_SIZES = (8, 16, 32)  # no solve: 2.3x torch at 32 (H100)
+# L U in threadgroup memory, and solves there by rows (a thread an element of
+# every right-hand side).
+SOLVE_SIZES = (8, 16, 32)
+DETERMINANT_SIZES = (8, 16, 32)
 
 
 def _solve_shared(N: int, factoring: bool) -> list[Shared]:
@@ -537,7 +536,7 @@ def _solve_by_torch(A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: 
 
 @_dispatch.answered_by(_solve_by_torch)
 def _solve_small_body(A: torch.Tensor, B: torch.Tensor, left: bool, check_errors: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(X, info) with A X = B (X A = B), sgesv for n <= 16 in one launch (solve_small):
+    """(X, info) with A X = B (X A = B), sgesv for n <= 32 in one launch (solve_small):
     A's batch is the broadcast batch, B's the same or one matrix (_fused_batch)."""
     a, b = _checks.resolved(A), _checks.resolved(B)
     batch, n = a.shape[:-2], a.shape[-1]
@@ -565,7 +564,7 @@ def _(A, B, left, check_errors):
 
 @_dispatch.answered_by(lambda LU, pivots, B, left, adjoint: _dispatch.TORCH.lu_solve(LU, pivots, B, left=left, adjoint=adjoint))
 def _lu_solve_small_body(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, left: bool, adjoint: bool) -> torch.Tensor:
-    """X from A = P L U as lu_solve's, sgetrs for n <= 16 in one launch (lu_solve_small):
+    """X from A = P L U as lu_solve's, sgetrs for n <= 32 in one launch (lu_solve_small):
     LU's and B's batches each the broadcast batch or one matrix (_fused_batch)."""
     # Factors by columns (torch's, LAPACK's layout) are read as they lie, not copied.
     by_columns = not LU.is_contiguous() and LU.mT.is_contiguous() and not LU.is_conj() and not LU.is_neg()

@@ -75,8 +75,8 @@ def _inputs(device):
         "S4": random(4, 4, 4) + 8 * torch.eye(4, device=device), "M": M, "H": M + M.mT, "P": P,
         "L": M.tril(), "B": random(4, 16, 3), "C": random(4, 16, 16, dtype=torch.complex64), "tall": random(4, 24, 8),
         "chunks": random(1, 64, 2, 16).tril(-1) * 0.1,
-        "C16": random(4, 16, 16, dtype=torch.complex64) + 8 * torch.eye(16, device=device),
-        "B16": random(4, 3, 16, dtype=torch.complex64),
+        "C32": random(4, 32, 32, dtype=torch.complex64) + 8 * torch.eye(32, device=device),
+        "B32": random(4, 3, 32, dtype=torch.complex64),
     }
 
 
@@ -105,8 +105,8 @@ BUDGETS = {
     "lu": (lambda x: LA.lu(x["M"]), 2, 8),
     "lu_solve": (lambda x: LA.lu_solve(*x["LU"], x["B"]), 1, 0),  # torch's factors, by columns, read in place
     "solve": (lambda x: LA.solve(x["M"], x["B"]), 1, 2),
-    "inv 16x16 complex": (lambda x: LA.inv(x["C16"]), 1, 2),
-    "solve 16x16 complex, right": (lambda x: LA.solve(x["C16"], x["B16"], left=False), 1, 2),
+    "inv 32x32 complex": (lambda x: LA.inv(x["C32"]), 1, 2),
+    "solve 32x32 complex, right": (lambda x: LA.solve(x["C32"], x["B32"], left=False), 1, 2),
     "lu_solve adjoint, right": (lambda x: LA.lu_solve(*x["LU"], x["B"].mT, left=False, adjoint=True), 1, 1),
     "slogdet": (lambda x: LA.slogdet(x["M"]), 1, 0),
     "logdet": (lambda x: LA.logdet(x["P"]), 1, 2),

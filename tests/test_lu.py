@@ -194,9 +194,9 @@ def launches_of(device, call) -> tuple[list[str], object]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
-@pytest.mark.parametrize("n", [5, 8, 13, 16])
+@pytest.mark.parametrize("n", [5, 8, 13, 16, 17, 32])
 def test_fused_solves_in_one_launch(device, n, dtype):
-    """n <= 16 with no derivative to record: solve, solve_ex, inv, inv_ex and lu_solve
+    """n <= 32 with no derivative to record: solve, solve_ex, inv, inv_ex and lu_solve
     each launch one kernel (sgesv, sgetrs fused), under sget02's / sget03's ratio, in
     every left/adjoint case, with one vector or more right-hand sides than a team has
     threads, a B (or an LU) shared by the batch, and views."""
