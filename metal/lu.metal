@@ -509,9 +509,11 @@ METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, con
   threadgroup T* tile = staging + team * N * STRIDE;
   threadgroup int* team_order = order + team * N;
   const device T* LU = lu + matrix * lu_stride;
+  // Consecutive threads read consecutive elements: along a row, or along a
+  // column when the factors lie by columns.
   for (int e = t; e < N * N; e += N) {
-    const int i = e / N;
-    const int j = e % N;
+    const int i = lu_by_columns ? e % N : e / N;
+    const int j = lu_by_columns ? e / N : e % N;
     if (present) {
       tile[i * STRIDE + j] = scalar_traits<T>::from_real(typename scalar_traits<T>::real(0));
       if (i < n && j < n) {
