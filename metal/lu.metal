@@ -355,7 +355,7 @@ METAL_FUNC T conjugate_if(T x) {
 // a runtime flag on complex factors, Intel's OpenCL compiler takes minutes over
 // n = 32.)
 template <typename T, int N, bool TRANSPOSED, bool CONJUGATED>
-METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup int* order, const device T* b,
+METAL_FUNC void solve_from_factors(threadgroup T* lu, const threadgroup int* order, const device T* b,
                                    device T* x, int n, int k, int left, int identity, bool present, int t,
                                    int lane0) {
   typedef typename scalar_traits<T>::real R;
@@ -371,7 +371,24 @@ METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup in
   const int row = mine ? order[t] : 0;
   const int source = TRANSPOSED ? t : row;
   const int target = TRANSPOSED ? row : t;
-  const threadgroup T* own = lu + t * STRIDE;  // row t of the factors
+  threadgroup T* own = lu + t * STRIDE;  // row t of the factors
+  // U = D U1 (U1 unit upper: thread t divides row t right of the diagonal by
+  // u_tt), so both triangles are unit and each element is divided by its own
+  // u_tt once (U x = y as U1 x = D^-1 y; U^T w = b as U1^T z = b, w = D^-1 z),
+  // by every thread at once rather than in one thread's branch of every step.
+  T diagonal = one;
+  if (mine) {
+    const T u_tt = own[t];
+    diagonal = conjugate_if<CONJUGATED>(u_tt);
+    #pragma unroll
+    for (int j = 1; j < N; ++j) {
+      if (j > t && j < n) {
+        const T u_tj = own[j];
+        own[j] = u_tj / u_tt;
+      }
+    }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
   for (int c0 = 0; c0 < k; c0 += VECTORS) {
     T v[VECTORS];
     #pragma unroll
@@ -387,19 +404,12 @@ METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup in
         }
       }
     }
-    // Column j of the first triangle (L, or U^T: row j of U) below the
-    // diagonal, and of the second (U, or L^T) above it; a diagonal divides
-    // element j before it is spent. (The guards on j and c0 + r are uniform.)
+    // Column j of the first triangle (L, or U1^T: row j of U1) below the
+    // diagonal, then of the second (U1, or L^T) above it. (The guards on j and
+    // c0 + r are uniform.)
     #pragma unroll
-    for (int j = 0; j < N; ++j) {
+    for (int j = 0; j < N - 1; ++j) {
       if (j < n) {
-        if (TRANSPOSED && t == j) {
-          const T d = conjugate_if<CONJUGATED>(own[j]);
-          #pragma unroll
-          for (int r = 0; r < VECTORS; ++r) {
-            v[r] = v[r] / d;
-          }
-        }
         const T f = conjugate_if<CONJUGATED>(TRANSPOSED ? lu[j * STRIDE + t] : own[j]);
         #pragma unroll
         for (int r = 0; r < VECTORS; ++r) {
@@ -413,15 +423,12 @@ METAL_FUNC void solve_from_factors(const threadgroup T* lu, const threadgroup in
       }
     }
     #pragma unroll
-    for (int j = N - 1; j >= 0; --j) {
+    for (int r = 0; r < VECTORS; ++r) {
+      v[r] = v[r] / diagonal;
+    }
+    #pragma unroll
+    for (int j = N - 1; j > 0; --j) {
       if (j < n) {
-        if (!TRANSPOSED && t == j) {
-          const T d = conjugate_if<CONJUGATED>(own[j]);
-          #pragma unroll
-          for (int r = 0; r < VECTORS; ++r) {
-            v[r] = v[r] / d;
-          }
-        }
         const T f = conjugate_if<CONJUGATED>(TRANSPOSED ? lu[j * STRIDE + t] : own[j]);
         #pragma unroll
         for (int r = 0; r < VECTORS; ++r) {
