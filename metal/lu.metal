@@ -139,7 +139,9 @@ METAL_FUNC void load_rows(const device T* A, int m, int n, bool present, int t, 
   const int STRIDE = team_shape<N>::STRIDE;
   #pragma unroll
   for (int c0 = 0; c0 < N; c0 += WIDTH) {
-    for (int e = t; e < N * WIDTH; e += N) {
+    #pragma unroll
+    for (int q = 0; q < WIDTH; ++q) {  // unrolled: a thread's loads are in flight together
+      const int e = q * N + t;
       const int i = e / WIDTH;
       const int k = c0 + e % WIDTH;
       if (present && i < m && k < n) {
@@ -307,7 +309,9 @@ METAL_FUNC void lu_factor_small(const device T* a, device T* lu, device int* piv
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int e = t; e < N * WIDTH; e += N) {
+    #pragma unroll
+    for (int q = 0; q < WIDTH; ++q) {  // unrolled: a thread's loads are in flight together
+      const int e = q * N + t;
       const int i = e / WIDTH;
       const int k = c0 + e % WIDTH;
       if (present && i < m && k < n) {
@@ -518,7 +522,9 @@ METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, con
   const device T* LU = lu + matrix * lu_stride;
   // Consecutive threads read consecutive elements: along a row, or along a
   // column when the factors lie by columns.
-  for (int e = t; e < N * N; e += N) {
+  #pragma unroll
+  for (int q = 0; q < N; ++q) {  // unrolled: a thread's loads are in flight together
+    const int e = q * N + t;
     const int i = lu_by_columns ? e % N : e / N;
     const int j = lu_by_columns ? e / N : e % N;
     if (present) {
@@ -528,21 +534,26 @@ METAL_FUNC void lu_solve_small(const device T* lu, const device int* pivots, con
       }
     }
   }
-  if (present && t == 0) {
-    const device int* ipiv = pivots + matrix * (lu_stride ? n : 0);
-    for (int i = 0; i < n; ++i) {
-      team_order[i] = i;
-    }
-    for (int j = 0; j < n; ++j) {
-      const int p = min(max(ipiv[j] - 1, 0), n - 1);  // out-of-range pivots clamped, as lu_permutation's
-      const int swapped = team_order[j];
-      team_order[j] = team_order[p];
-      team_order[p] = swapped;
-    }
+  // slaswp on 0..n-1 across the team: lane t holds order[t] and pivot t, and
+  // each interchange trades two lanes' entries by shuffles (uniform control
+  // flow: every lane of the SIMD group runs the batch's n steps).
+  const int lane0 = int(pos.simd_lane) - t;
+  const device int* ipiv = pivots + matrix * (lu_stride ? n : 0);
+  // Out-of-range pivots clamped, as lu_permutation's.
+  const int pivot = present && t < n ? min(max(ipiv[t] - 1, 0), n - 1) : t;
+  int row = t;
+  for (int j = 0; j < n; ++j) {
+    const int p = simd_shuffle(pivot, ushort(lane0 + j));
+    const int at_j = simd_shuffle(row, ushort(lane0 + j));
+    const int at_p = simd_shuffle(row, ushort(lane0 + p));
+    row = t == j ? at_p : (t == p ? at_j : row);
+  }
+  if (present) {
+    team_order[t] = row;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   solve_from_factors<T, N, TRANSPOSED, CONJUGATED>(tile, team_order, b + matrix * b_stride, x + matrix * n * k, n, k,
-                                                   left, 0, present, t, int(pos.simd_lane) - t);
+                                                   left, 0, present, t, lane0);
 }
 
 // Step j of sgetf2 on the rows first, first + SIMDS, ... (< m) of one panel
