@@ -171,16 +171,16 @@ METAL_FUNC void next_round_rows(thread T (&x)[N]) {
 // each lane's rotation of its own two columns, then the H row rotations, broadcast
 // by shuffles, applied to them; no memory, no barrier. Columns n..N-1 are zero and
 // never rotate. A SIMD group's teams sweep until none rotates, so its shuffles
-// stay uniform. For N = 64 (a team of 32 lanes) V's columns would not fit in
-// registers beside A's: they stay in threadgroup memory (vs, N x N a team, row-major
-// so that the lanes' columns fall in distinct banks), each rotated by the lane that
-// holds its pair; only the column indices move between lanes.
-template <typename T, int N, int GROUP>
+// stay uniform. With V_SHARED (N = 64, and complex N = 32, where four columns of N
+// a lane would not fit in registers) V's columns stay in threadgroup memory (vs, N x
+// N a team, row-major so that the lanes' columns fall in distinct banks), each
+// rotated by the lane that holds its pair; only the column indices move between
+// lanes.
+template <typename T, int N, int GROUP, bool V_SHARED>
 METAL_FUNC void eigh_pairs(const device T* a, device typename scalar_traits<T>::real* w, device T* v, int n,
                            int upper, int vectors, int count, threadgroup T* vs, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
   const int H = N / 2;
-  const bool V_SHARED = N > 32;
   threadgroup T* V_team = vs + (V_SHARED ? int(pos.thread_index) / H * N * N : 0);
   const int lane = int(pos.simd_lane);
   const int member = lane % H;

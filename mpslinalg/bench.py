@@ -22,6 +22,7 @@ import gc
 import importlib.metadata
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -158,6 +159,7 @@ class Progress:
 
 
 _progress: Progress | None = None
+_only: re.Pattern | None = None  # bench latency --only
 
 
 def measure(
@@ -689,13 +691,16 @@ def _kernels_launched(device: torch.device, call: Callable) -> int | None:
 def bench_latency(device: torch.device, batch: int) -> list[Result]:
     """One call at a time, as a training step makes it: the time from the call to the end
     of its device work (a synchronisation before and after; median of 50), beside the
-    host time alone (until the call returns) and the device kernels it launched. On the
+    host time alone (until the call returns) and the device kernels it launched (fewer
+    calls than 50 where they would take more than LATENCY_BUDGET_S). On the
     CPU (the OpenCL runtime) the host time is mpslinalg's alone, as if its launches cost
     nothing: the time inside the runtime's launch (which on the CPU runs the kernel) is
     left out, and the launches are counted; torch's row is its whole call there. Bytes:
     none counted (latency, not bandwidth)."""
     results = []
     for function, case, ours, torch_name, theirs in _latency_cases(device):
+        if _only is not None and not _only.search(f"{function} {case}"):
+            continue
         if _progress is not None:
             _progress.case("latency", f"{function} {case}")
         for name, call in ((f"mpslinalg.{function}", ours), (torch_name, theirs)):
@@ -703,10 +708,16 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
                 host, launches = _host_time_without_launches(device, call)
                 row = Result("latency", f"{function} {case}", f"{name} {STUBBED}", host, 0, host=host, kernels=launches)
             else:
-                for _ in range(3):
+                for _ in range(2):
                     call()
+                _synchronize(device)
+                begin = time.perf_counter()
+                call()
+                _synchronize(device)
+                # 50 calls, fewer where one takes long (torch's batched QR: half a second a call).
+                repeats = max(5, min(50, int(LATENCY_BUDGET_S / (time.perf_counter() - begin))))
                 whole, host = [], []
-                for _ in range(50):
+                for _ in range(repeats):
                     _synchronize(device)
                     begin = time.perf_counter()
                     call()
@@ -722,6 +733,7 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
     return results
 
 
+LATENCY_BUDGET_S = 1.0  # timed seconds a latency row may take, beyond its minimum of 5 calls
 STUBBED = "(host, launches stubbed)"  # a CPU row's implementation ends so: not comparable with torch's
 
 
@@ -1040,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", nargs="+", metavar="JSON",
                         help="measure nothing: the performance page (--page) and its figures from earlier runs' JSON files")
     parser.add_argument("--page", default="docs/performance.md", help="where --plot writes the page (default: %(default)s)")
+    parser.add_argument("--only", metavar="REGEX", help="latency: only the cases whose 'function case' this matches")
     args = parser.parse_args(argv)
     if args.plot:
         return report(args.plot, args.page)
@@ -1059,7 +1072,8 @@ def main(argv: list[str] | None = None) -> int:
         + ". Time per call (median of repeats of back-to-back calls); \"(graph)\": replayed from a CUDA graph;"
         + " GB/s: each input byte read and each output byte written once; % of peak: of the vendor bandwidth."
     )
-    global _progress
+    global _progress, _only
+    _only = re.compile(args.only) if args.only else None
     families = args.families or list(FAMILIES)
     _progress = Progress(families)
     # A run stopped by a time limit (SIGTERM) keeps the rows it measured.

@@ -6,10 +6,10 @@ scaled by a power of two on the device, sorted there, one launch per call:
 
 - ``eigh_tiny``: n <= 4, a thread per matrix, in registers (covariances,
   normals, inertia tensors);
-- ``eigh_pairs``: n <= 64 (16 complex), a team of N / 2 lanes per matrix, each
-  lane two columns of A and V in registers (V in threadgroup memory at N = 64),
-  A's rows kept in its columns' order so that every rotation of rows touches
-  fixed registers.
+- ``eigh_pairs``: n <= 64 (32 complex), a team of N / 2 lanes per matrix, each
+  lane two columns of A and V in registers (V in threadgroup memory at N = 64 and
+  complex N = 32), A's rows kept in its columns' order so that every rotation of
+  rows touches fixed registers.
 
 Their relative stopping test keeps a positive definite matrix's eigenvalues to
 relative accuracy (Demmel and Veselic); eigvalsh skips the eigenvectors.
@@ -18,7 +18,7 @@ n >= BLOCKS_FROM (129, 33 complex): two-sided block Jacobi (``_by_blocks``), its
 work in matrix products and in eigh_pairs on pairs of blocks; eigenvalues to
 n eps ||H||, as LAPACK's.
 
-Between (65..128, 17..32 complex): H is scaled by a power of two (exact: inputs
+Between (65..128, real only): H is scaled by a power of two (exact: inputs
 near the ends of the float range neither overflow nor underflow) and then
 decomposed by the SVD family's one-sided Jacobi (``metal/svd.metal``, LAPACK's
 sgesvj), whose V is the product of its rotations, orthonormal to working
@@ -66,29 +66,34 @@ EIGH_TINY = Kernel(
 )
 
 PAIR_SIZES = (8, 16, 32, 64)  # N: matrices up to N x N, N / 2 lanes each
-V_SHARED = 64  # from this N, V lies in threadgroup memory
 
 
-def _pair_group(N: int) -> int:
-    return 32 if N >= V_SHARED else 64  # threads a threadgroup: N = 64, one matrix
+def _v_shared(dtype: torch.dtype, N: int) -> bool:
+    """Whether eigh_pairs keeps V in threadgroup memory: where four columns of N a lane
+    (A's two and V's two) would not fit in registers (N = 64; complex N = 32)."""
+    return N > 32 or (dtype.is_complex and N > 16)
+
+
+def _pair_group(N: int, VS: int) -> int:
+    return 32 if VS else 64  # threads a threadgroup: one SIMD group where V is in memory
 
 
 EIGH_PAIRS = Kernel(
     function="eigh_pairs",
     source="eigh.metal",
     args=_ARGS + (Scalar("n"),) + _FLAGS,
-    instances=tuple({"N": n} for n in PAIR_SIZES),
+    instances=tuple({"N": n, "VS": vs} for n in PAIR_SIZES for vs in (0, 1)),
     group_size=_pair_group,
-    template=lambda N: (N, _pair_group(N)),
-    shared=lambda N: [Shared("vs", "T", N * N * _pair_group(N) // (N // 2) if N >= V_SHARED else 1)],
-    # Four columns of N a lane in registers (two with V in memory): complex N = 32 would spill.
-    where=lambda dtype, N: N <= 16 or (not dtype.is_complex),
+    template=lambda N, VS: (N, _pair_group(N, VS), bool(VS)),
+    shared=lambda N, VS: [Shared("vs", "T", N * N * _pair_group(N, VS) // (N // 2) if VS else 1)],
+    # Complex N = 64 would spill A's columns alone.
+    where=lambda dtype, N, VS: bool(VS) == _v_shared(dtype, N) and (N <= 32 or not dtype.is_complex),
 )
 
 
 def _pair_size(n: int, dtype: torch.dtype) -> int:
     """The N of the eigh_pairs instance for n x n, or 0 if none applies."""
-    return next((size for size in PAIR_SIZES if n <= size and EIGH_PAIRS.exists(dtype, N=size)), 0)
+    return next((size for size in PAIR_SIZES if n <= size and EIGH_PAIRS.exists(dtype, N=size, VS=int(_v_shared(dtype, size)))), 0)
 
 
 def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -106,7 +111,8 @@ def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
         if n <= TINY_SIZES[-1]:
             launch(EIGH_TINY, groups_for(matrices, TINY_GROUP), *head, *flags, N=n)
         else:
-            launch(EIGH_PAIRS, groups_for(matrices, _pair_group(size) // (size // 2)), *head, n, *flags, N=size)
+            vs = int(_v_shared(A.dtype, size))
+            launch(EIGH_PAIRS, groups_for(matrices, _pair_group(size, vs) // (size // 2)), *head, n, *flags, N=size, VS=vs)
     return w, V
 
 
@@ -388,7 +394,7 @@ def eigh(A: torch.Tensor, UPLO: str = "L", *, out=None):
 
     Each eigenvector is unique up to its sign (a phase for complex A), and
     repeated eigenvalues' up to a rotation of their eigenspace; as torch, they are
-    not normalised. n <= 64 (16 complex) runs one two-sided Jacobi kernel, which
+    not normalised. n <= 64 (32 complex) runs one two-sided Jacobi kernel, which
     keeps a positive-definite matrix's eigenvalues to relative accuracy.
 
     Args:

@@ -47,10 +47,10 @@ from .runtimes import batches, fits, groups_for, launch
 
 # --- the squaring kernel ---
 
-SQUARE_SIZES = (4, 8, 16, 32, 64)
-# Threads a matrix: one an element up to 16 x 16, then 256 (4 or 16 elements each).
-SQUARE_TEAM = {4: 16, 8: 64, 16: 256, 32: 256, 64: 256}
-SQUARE_TEAMS = {4: 8, 8: 2, 16: 1, 32: 1, 64: 1}  # matrices a threadgroup: 128 or 256 threads
+# n <= 16 takes expm_small (below) and, where it cannot run, the instance of 32.
+SQUARE_SIZES = (32, 64)
+SQUARE_TEAM = {32: 256, 64: 256}  # threads a matrix: 4 or 16 elements each
+SQUARE_TEAMS = {32: 1, 64: 1}  # matrices a threadgroup
 
 EXPM_SQUARE = Kernel(
     function="expm_square",
@@ -63,6 +63,35 @@ EXPM_SQUARE = Kernel(
     # A complex 64 x 64 tile is 32 KiB (complex64) or 64 KiB: complex stops at 32.
     where=lambda dtype, N: N <= 32 or not dtype.is_complex,
 )
+
+
+# --- the whole exponential in one kernel, n <= 16 ---
+
+FUSED_SIZES = (8, 16)
+
+EXPM_SMALL = Kernel(
+    function="expm_small",
+    source="expm.metal",
+    args=(Buffer("a", const=True), Buffer("x"), Buffer("coefficients", "R", const=True),
+          Buffer("log2_theta", "R", const=True), Scalar("degrees"), Scalar("slots"), Scalar("n"), Scalar("count")),
+    instances=tuple({"N": N} for N in FUSED_SIZES),
+    # The LU family's teams: N threads a matrix, 64 a threadgroup.
+    group_size=lambda N: N * lu_family.TEAMS[N],
+    template=lambda N: (N, lu_family.TEAMS[N]),
+    shared=lambda N: [Shared("offered_values", "R", 1), Shared("offered_positions", "int", 1),
+                      Shared("offered_rows", "T", 1), Shared("order", "int", lu_family.TEAMS[N] * N),
+                      Shared("most_squarings", "int", lu_family.TEAMS[N]),
+                      Shared("staging", "T", lu_family.TEAMS[N] * N * (N + 1))],
+)
+
+
+def _fused_size(n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The N of the expm_small instance for n x n matrices of ``dtype`` on ``device``,
+    or 0 where none can run them."""
+    for N in FUSED_SIZES:
+        if n <= N and EXPM_SMALL.exists(dtype, N=N) and fits(EXPM_SMALL, dtype, device, N=N):
+            return N
+    return 0
 
 
 def _square_size(n: int, dtype: torch.dtype, device: torch.device) -> int:
@@ -98,19 +127,28 @@ def _degrees(dtype: torch.dtype) -> tuple[tuple[int, float], ...]:
 
 
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-_TABLES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+_TABLES: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
 
 
 def _coefficient_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """(degrees, SLOTS) Pade coefficients of ``dtype``'s degrees (real), zero past each
     degree, on ``device``: made once per device, since the copy from the host would
     synchronise with the device on every call."""
+    return _table("coefficients", dtype, device,
+                  lambda: [_pade_coefficients(m) + [0.0] * (SLOTS - m - 1) for m, _ in _degrees(dtype)])
+
+
+def _log2_theta_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """log2 theta_m of ``dtype``'s degrees (real), ascending, on ``device`` (made once)."""
+    return _table("log2 theta", dtype, device, lambda: [math.log2(theta) for _, theta in _degrees(dtype)])
+
+
+def _table(name: str, dtype: torch.dtype, device: torch.device, rows) -> torch.Tensor:
     real = _REAL.get(dtype, dtype)
-    key = (real, device)
+    key = (name, real, device)
     table = _TABLES.get(key)
     if table is None:
-        rows = [_pade_coefficients(m) + [0.0] * (SLOTS - m - 1) for m, _ in _degrees(dtype)]
-        table = _TABLES.setdefault(key, torch.tensor(rows, dtype=real, device=device))
+        table = _TABLES.setdefault(key, torch.tensor(rows(), dtype=real, device=device))
     return table
 
 
@@ -201,6 +239,14 @@ def _matrix_exp_body(A: torch.Tensor) -> torch.Tensor:
     if n == 1:  # as torch: the scalar exponential
         return a.exp()
     flat = a.view(count, n, n)
+    N = _fused_size(n, a.dtype, a.device)
+    if N:
+        X = torch.empty_like(flat)
+        degrees = _degrees(a.dtype)
+        for size, (part, out) in batches(count, flat, X):
+            launch(EXPM_SMALL, groups_for(size, lu_family.TEAMS[N]), part, out, _coefficient_table(a.dtype, a.device),
+                   _log2_theta_table(a.dtype, a.device), len(degrees), SLOTS, n, size, N=N)
+        return X.view(a.shape)
     real = _REAL.get(flat.dtype, flat.dtype)
     index, squarings, finite = _scaling(flat)
     half = squarings // 2  # 2^-s in two normal factors (s passes 126 in float32 near its overflow)

@@ -149,18 +149,20 @@ def test_covariances_by_the_million_route(device, monkeypatch):
 
 
 @pytest.mark.parametrize("n, dtype", [(5, torch.float32), (33, torch.float32), (64, torch.float32), (65, torch.float32),
-                                      (16, torch.complex64), (17, torch.complex64), (129, torch.float32), (33, torch.complex64)])
+                                      (16, torch.complex64), (17, torch.complex64), (32, torch.complex64),
+                                      (129, torch.float32), (33, torch.complex64)])
 def test_routes(device, monkeypatch, n, dtype):
-    """eigh_pairs, one launch, to n = 64 (16 complex); then the SVD's Jacobi on the
-    Cholesky factor (or the shifted matrix); from BLOCKS_FROM block Jacobi, whose every
-    kernel is eigh_pairs on the pairs of blocks."""
+    """eigh_pairs, one launch, to n = 64 (32 complex, V in threadgroup memory from 17);
+    then, real only, the SVD's Jacobi on the Cholesky factor (or the shifted matrix);
+    from BLOCKS_FROM block Jacobi, whose every kernel is eigh_pairs on the pairs of
+    blocks."""
     from mpslinalg import cholesky_family
 
     supported(device, dtype)
     launched = launches(monkeypatch, eigh_family, svd_family, cholesky_family)
     A = hermitian_batch((2,), n, dtype, rng, cond=10.0)
     LA.eigh(A.to(device))
-    if n <= (16 if dtype.is_complex else 64):
+    if n <= (32 if dtype.is_complex else 64):
         assert launched == ["eigh_pairs"]
     elif n >= eigh_family.BLOCKS_FROM[dtype.is_complex]:
         assert len(launched) > 1 and set(launched) == {"eigh_pairs"}

@@ -96,9 +96,11 @@ BUDGETS = {
     "eigvalsh": (lambda x: LA.eigvalsh(x["H"]), 1, 0),
     "eig": (lambda x: LA.eig(x["M"]), 1, 1),  # the copy into the kernel's workspace (real input stays real)
     "eigvals": (lambda x: LA.eigvals(x["M"]), 1, 1),
-    # The norm, the degree's coefficients and the polynomial in elementwise ops and products,
-    # the solve's 4 kernels, the squaring kernel: a fused small-n kernel would make it one.
-    "matrix_exp": (lambda x: LA.matrix_exp(x["M"] / 8), 5, 50),
+    # n <= 16: the whole exponential in one kernel (expm_small); the division is the case's own.
+    "matrix_exp": (lambda x: LA.matrix_exp(x["M"] / 8), 1, 1),
+    # Past 16: the norm, the degree's coefficients and the polynomial in elementwise ops and
+    # products, the solve, the squaring kernel.
+    "matrix_exp 32x32 complex": (lambda x: LA.matrix_exp(x["C32"] / 64), 2, 50),
     "cholesky_ex": (lambda x: LA.cholesky_ex(x["P"]), 1, 0),
     "lu_factor_ex complex": (lambda x: LA.lu_factor_ex(x["C"]), 1, 0),
     "lstsq": (lambda x: LA.lstsq(x["tall"], x["tall"][..., :2]), 4, 11),

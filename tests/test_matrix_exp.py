@@ -215,7 +215,7 @@ def test_batched_equals_one_at_a_time(device, n, dtype):
     A = gaussian((len(norms),), n, dtype, norms).to(device)
     together = matrix_exp(A)
     alone = torch.stack([matrix_exp(A[k]) for k in range(len(norms))])
-    if device.type == "cpu" and family._square_size(n, dtype, device):
+    if device.type == "cpu" and (family._fused_size(n, dtype, device) or family._square_size(n, dtype, device)):
         assert torch.equal(together, alone)
     else:
         x, y = exact(together), exact(alone)
@@ -254,23 +254,55 @@ def test_squaring_kernel(device, monkeypatch, N, dtype):
 
 
 def test_kernel_choice(device, monkeypatch):
-    """The squaring kernel's N for each n and dtype; the batched products past N = 64
-    (float) and 32 (complex), with the same results."""
+    """The whole exponential in one kernel (expm_small) up to n = 16; past it the
+    squaring kernel's N for each n and dtype, and the batched products past N = 64
+    (float) and 32 (complex). Each route's matrices agree with the others' to within
+    the ratio."""
     launched = []
     real = family.launch
-    monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append(k["N"]), real(kernel, *a, **k)))
-    cases = [(torch.float32, 2, [4]), (torch.float32, 5, [8]), (torch.float32, 16, [16]), (torch.float32, 17, [32]),
-             (torch.float32, 33, [64]), (torch.float32, 65, []), (torch.complex64, 32, [32]), (torch.complex64, 33, [])]
+    monkeypatch.setattr(family, "launch",
+                        lambda kernel, *a, **k: (launched.append((kernel.function, k["N"])), real(kernel, *a, **k)))
+    fused, square = "expm_small", "expm_square"
+    cases = [(torch.float32, 2, [(fused, 8)]), (torch.float32, 8, [(fused, 8)]), (torch.float32, 9, [(fused, 16)]),
+             (torch.complex64, 16, [(fused, 16)]), (torch.float32, 17, [(square, 32)]), (torch.float32, 33, [(square, 64)]),
+             (torch.float32, 65, []), (torch.complex64, 32, [(square, 32)]), (torch.complex64, 33, [])]
     for dtype, n, expected in cases:
         launched.clear()
         A = gaussian((2,), n, dtype, 20.0).to(device)
         X = matrix_exp(A)
-        assert launched == expected, (dtype, n, launched)
-        if expected:  # the products instead: the same matrices to within the ratio
-            with monkeypatch.context() as products:
-                products.setattr(family, "_square_size", lambda *_: 0)
-                check(A, matrix_exp(A))
+        assert [k for k in launched if k[0] in (fused, square)] == expected, (dtype, n, launched)
         check(A, X)
+        with monkeypatch.context() as others:  # the composed route, then the products
+            others.setattr(family, "_fused_size", lambda *_: 0)
+            check(A, matrix_exp(A))
+            others.setattr(family, "_square_size", lambda *_: 0)
+            check(A, matrix_exp(A))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N", family.FUSED_SIZES)
+def test_fused_kernel_mixes_degrees_and_squarings(device, N, dtype):
+    """expm_small: every degree and 0 to 10 squarings among the teams of one threadgroup
+    (Gaussian matrices of norms 1e-6 to 80; skew-Hermitian ones, whose exponentials are
+    unitary, of norms up to 2000), a part-full last threadgroup, n = N and below: within
+    the ratio, and each matrix as it is alone (bit for bit on the CPU: no team's steps
+    depend on another's)."""
+    supported(device, dtype)
+    needs_reference(dtype)
+    if not family.EXPM_SMALL.exists(dtype, N=N):
+        pytest.skip(f"no {dtype} instance of N = {N}")
+    teams = family.lu_family.TEAMS[N]
+    for n in (N // 2 + 1, N):
+        count = 2 * teams + 3
+        gaussians = gaussian((count - count // 2,), n, dtype, np.geomspace(1e-6, 80.0, count - count // 2))
+        G = gaussian((count // 2,), n, dtype, 1.0)
+        skew = (G - G.mH) * torch.from_numpy(np.geomspace(100.0, 2000.0, count // 2)).to(G.real.dtype)[:, None, None]
+        A = torch.cat((gaussians, skew))[torch.from_numpy(rng.permutation(count))].to(device)
+        assert family._fused_size(n, dtype, A.device) == N
+        X = matrix_exp(A)
+        check(A, X)
+        if device.type == "cpu":
+            assert torch.equal(X[1:2], matrix_exp(A[1:2])) and torch.equal(X[-1:], matrix_exp(A[-1:]))
 
 
 # Python-level ways of reading a device value on the host: each synchronises with the device.
@@ -330,7 +362,7 @@ def test_other_dtypes_and_cpu_tensors_go_to_torch(device, monkeypatch):
     with LA.use_backend("torch"):  # CPU tensors without the OpenCL backend: torch's
         assert torch.equal(matrix_exp(A), torch.linalg.matrix_exp(A)) and not launched
     matrix_exp(A.to(device))
-    assert launched == ["expm_square"]
+    assert launched == ["expm_small"]
 
 
 @pytest.mark.parametrize("shape", [(0, 3, 3), (2, 0, 0), (0, 0), (0, 1, 1), (3, 1, 1), (1, 1), (2, 3, 1, 1)])
@@ -474,7 +506,7 @@ def test_compiles_without_graph_breaks(device, monkeypatch):
     y = compiled(A)
     y.backward()
     torch.testing.assert_close(y, f(A))
-    assert "expm_square" in launched, "the compiled graph runs the kernels"
+    assert "expm_small" in launched, "the compiled graph runs the kernels"
 
 
 # --- the Metal source check ---
