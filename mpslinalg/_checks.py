@@ -114,6 +114,15 @@ def system(api: str, A: torch.Tensor, B: torch.Tensor, left: bool, a_name: str =
         )
 
 
+_REAL_DTYPES = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+
+
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The real dtype of ``dtype`` (itself if real): a table read, where ``A.real.dtype``
+    makes a view (microseconds a call) and torch.compile cannot trace dtype.to_real()."""
+    return _REAL_DTYPES.get(dtype, dtype)
+
+
 def resolved(A: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor with A's values and no conjugate or negative bit."""
     return A.resolve_conj().resolve_neg().contiguous()

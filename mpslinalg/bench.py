@@ -33,6 +33,7 @@ from typing import Callable
 from unittest import mock
 
 import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 import mpslinalg as LA
 
@@ -77,7 +78,8 @@ class Result:
     seconds: float
     bytes: int
     host: float | None = None  # the host's time until the call returned (latency rows)
-    kernels: int | None = None  # device kernels the call launched (latency rows, CUDA)
+    kernels: int | None = None  # device kernels the call launched (latency rows: CUDA; the CPU's mpslinalg launches)
+    ops: int | None = None  # torch ops outside those launches that run on the device (CPU latency rows)
 
     @property
     def bandwidth(self) -> float:
@@ -620,6 +622,7 @@ def _latency_cases(device: torch.device) -> list[tuple[str, str, Callable, str, 
     LU, pivots = torch.linalg.lu_factor(M)
     Lc = torch.linalg.cholesky(P)
     Q, tau = torch.geqrf(tall)
+    E4, E16, E32 = S4 / 8, M[..., :16, :16] / 16, M / 32  # norms about 1: a squaring or two
     for name, shape, a in (("inv_ex", "4x4", S4), ("inv_ex", "3x3", S3), ("inv", "4x4", S4), ("det", "4x4", S4),
                            ("inv", "32x32", M), ("det", "32x32", M), ("slogdet", "32x32", M), ("logdet", "32x32", P),
                            ("lu_factor", "32x32", M), ("lu_factor_ex", "32x32", M), ("lu", "32x32", M),
@@ -644,8 +647,9 @@ def _latency_cases(device: torch.device) -> list[tuple[str, str, Callable, str, 
         ("householder_product", f"{small} x 64x16", lambda: LA.householder_product(Q, tau), "torch.linalg.householder_product",
          lambda: torch.linalg.householder_product(Q, tau)),
         ("ormqr", f"{small} x 64x16, 8 columns", lambda: LA.ormqr(Q, tau, tall[..., :8]), "torch.ormqr", lambda: torch.ormqr(Q, tau, tall[..., :8])),
-        ("matrix_exp", f"{small} x 4x4", lambda: LA.matrix_exp(S4 / 8), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(S4 / 8)),
-        ("matrix_exp", f"{small} x 32x32", lambda: LA.matrix_exp(M / 32), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(M / 32)),
+        ("matrix_exp", f"{small} x 4x4", lambda: LA.matrix_exp(E4), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(E4)),
+        ("matrix_exp", f"{small} x 16x16", lambda: LA.matrix_exp(E16), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(E16)),
+        ("matrix_exp", f"{small} x 32x32", lambda: LA.matrix_exp(E32), "torch.linalg.matrix_exp", lambda: torch.linalg.matrix_exp(E32)),
         ("eig", f"{small} x 32x32", lambda: LA.eig(M), "torch.linalg.eig", lambda: torch.linalg.eig(M)),
         ("eigvals", f"{small} x 32x32", lambda: LA.eigvals(M), "torch.linalg.eigvals", lambda: torch.linalg.eigvals(M)),
         ("cond", f"{small} x 32x32", lambda: LA.cond(M), "torch.linalg.cond", lambda: torch.linalg.cond(M)),
@@ -688,16 +692,59 @@ def _kernels_launched(device: torch.device, call: Callable) -> int | None:
     return sum(1 for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
+# aten ops that launch nothing on a device: views, metadata, allocations.
+NO_DEVICE_WORK = {
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::_reshape_alias",
+    "aten::reshape", "aten::slice", "aten::select", "aten::transpose", "aten::t", "aten::permute", "aten::expand",
+    "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::alias", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::_conj", "aten::conj", "aten::mH", "aten::mT", "aten::adjoint", "aten::diagonal", "aten::narrow",
+    "aten::split", "aten::unbind", "aten::lift_fresh", "aten::_unsafe_view", "aten::view_as_real",
+    "aten::view_as_complex", "aten::numpy_T", "aten::contiguous", "aten::to", "aten::split_with_sizes",
+    "aten::result_type", "aten::is_nonzero", "aten::unflatten", "aten::flatten", "aten::movedim", "aten::expand_as",
+    "aten::chunk", "aten::type_as", "aten::clone", "aten::_to_copy", "aten::new_empty", "aten::new_empty_strided",
+}
+_LAUNCH = "mpslinalg launch"
+
+
+def device_work(device: torch.device, call) -> tuple[int, list[str]]:
+    """(kernels, device ops) of one call of ``call``: mpslinalg's launches, and the names
+    of the leaf aten ops outside them that run on the device (a composite op such as
+    clone counts through the copy_ it makes)."""
+    runtime = runtimes.for_device(device)
+    launch = runtime.launch
+    kernels = 0
+
+    def counted(*args, **kwargs):
+        nonlocal kernels
+        kernels += 1
+        with record_function(_LAUNCH):
+            return launch(*args, **kwargs)
+
+    with mock.patch.object(runtime, "launch", counted), profile(activities=[ProfilerActivity.CPU]) as profiler:
+        call()
+
+    def under_launch(event) -> bool:
+        while event is not None:
+            if event.name == _LAUNCH:
+                return True
+            event = event.cpu_parent
+        return False
+
+    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not e.cpu_children
+           and e.name not in NO_DEVICE_WORK and not under_launch(e)]
+    return kernels, ops
+
+
 def bench_latency(device: torch.device, batch: int) -> list[Result]:
     """One call at a time, as a training step makes it: the time from the call to the end
     of its device work (a synchronisation before and after; median of 50), beside the
     host time alone (until the call returns) and the device kernels it launched (fewer
     calls than 50 where they would take more than LATENCY_BUDGET_S). On the
     CPU (the OpenCL runtime) the host time is mpslinalg's alone, as if its launches cost
-    nothing: the time inside the runtime's launch (which on the CPU runs the kernel) is
-    left out, and the launches are counted; torch's row is its whole call there. Bytes:
+    nothing (_stubbed_host_times), with its launches and the torch ops beside them that
+    would run on a device (device_work); torch's row is its whole call there. Bytes:
     none counted (latency, not bandwidth)."""
-    results = []
+    results, stubbed = [], []
     for function, case, ours, torch_name, theirs in _latency_cases(device):
         if _only is not None and not _only.search(f"{function} {case}"):
             continue
@@ -705,8 +752,12 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
             _progress.case("latency", f"{function} {case}")
         for name, call in ((f"mpslinalg.{function}", ours), (torch_name, theirs)):
             if device.type == "cpu" and call is ours:
-                host, launches = _host_time_without_launches(device, call)
-                row = Result("latency", f"{function} {case}", f"{name} {STUBBED}", host, 0, host=host, kernels=launches)
+                for _ in range(3):  # compiles, with the real launches
+                    call()
+                launches, ops = device_work(device, call)
+                row = Result("latency", f"{function} {case}", f"{name} {STUBBED}", 0.0, 0, host=0.0, kernels=launches,
+                             ops=len(ops))
+                stubbed.append((row, call))
             else:
                 for _ in range(2):
                     call()
@@ -730,6 +781,9 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
             results.append(row)
             if _progress is not None:  # kept row by row: a run stopped by its time limit writes them
                 _progress.results.append(row)
+    if stubbed:
+        for (row, _), host in zip(stubbed, _stubbed_host_times(device, [call for _, call in stubbed])):
+            row.seconds = row.host = host
     return results
 
 
@@ -737,42 +791,43 @@ LATENCY_BUDGET_S = 1.0  # timed seconds a latency row may take, beyond its minim
 STUBBED = "(host, launches stubbed)"  # a CPU row's implementation ends so: not comparable with torch's
 
 
-def _host_time_without_launches(device: torch.device, call: Callable, calls: int = 100, rounds: int = 5) -> tuple[float, int]:
-    """(a call's host time with its launches stubbed out: the least of ``rounds`` medians
-    over ``calls`` calls each, as the other processes of a shared CPU slow some rounds;
-    the launches one call makes): mpslinalg's own Python and torch's ops around its
-    kernels, as if a launch cost nothing. The stub runs no kernel (the OpenCL runtime's
-    worker threads would spin on the two cores the Python thread needs); it zeroes the
-    int outputs (info, pivots), so that checks and permutations read valid values, and
-    its own time is left out."""
+def _stubbed_host_times(device: torch.device, calls: list[Callable], per_round: int = 50, rounds: int = 9) -> list[float]:
+    """Each call's host time with its launches stubbed out: mpslinalg's own Python and
+    torch's ops around its kernels, as if a launch cost nothing. The least of ``rounds``
+    medians over ``per_round`` calls, the rounds taken in turn over all the calls, so
+    that each call's rounds spread over the whole run: a shared CPU runs a process at
+    half speed for seconds at a time, which one call's rounds back to back would all
+    fall in. The stub runs no kernel (the OpenCL runtime's worker threads would spin
+    on the cores the Python thread needs); it zeroes the int outputs (info, pivots), so
+    that checks and permutations read valid values, and its own time is left out."""
     runtime = runtimes.for_device(device)
-    for _ in range(3):  # compiles, with the real launches
-        call()
     time.sleep(0.1)  # the runtime's worker threads stop spinning
-    inside, launches = 0.0, 0
+    inside = 0.0
 
     def stub(instance, groups, args, device):
-        nonlocal inside, launches
+        nonlocal inside
         begin = time.perf_counter()
         for arg, declared in zip(args, instance.kernel.args):
             if isinstance(declared, Buffer) and declared.element == "int" and not declared.const:
                 arg.zero_()
         inside += time.perf_counter() - begin
-        launches += 1
 
-    medians = []
+    best = [float("inf")] * len(calls)
     gc.disable()  # as timeit: a collection now and then belongs to no one call
-    with mock.patch.object(runtime, "launch", stub):
-        for _ in range(rounds):
-            samples = []
-            for _ in range(calls):
-                inside, launches = 0.0, 0
-                begin = time.perf_counter()
-                call()
-                samples.append(time.perf_counter() - begin - inside)
-            medians.append(statistics.median(samples))
-    gc.enable()
-    return min(medians), launches
+    try:
+        with mock.patch.object(runtime, "launch", stub):
+            for _ in range(rounds):
+                for k, call in enumerate(calls):
+                    samples = []
+                    for _ in range(per_round):
+                        inside = 0.0
+                        begin = time.perf_counter()
+                        call()
+                        samples.append(time.perf_counter() - begin - inside)
+                    best[k] = min(best[k], statistics.median(samples))
+    finally:
+        gc.enable()
+    return best
 
 
 def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:
@@ -854,14 +909,14 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
         if family == "latency":
             lines += ["", "## latency", "", "One call at a time, from the call until its device work ends (host time included), "
                       "and the host's time until the call returns. Rows marked " + STUBBED + " (the CPU's OpenCL runtime): "
-                      "mpslinalg's host time alone, its launches' time left out, and the kernels it launched; torch's row "
-                      "there is its whole call on the CPU.", "",
+                      "mpslinalg's host time alone, its launches' time left out, its kernels and the torch ops beside them "
+                      "that would run on a device (kernels + ops); torch's row there is its whole call on the CPU.", "",
                       "| case | implementation | vs torch | time (ms) | host (ms) | device kernels |", "|---|---|---|---|---|---|"]
             for r in results:
                 if r.family == family:
                     base = _baseline(results, r)
                     speedup = f"{base.seconds / r.seconds:.2f}x" if base and not r.implementation.endswith(STUBBED) else ""
-                    kernels = "" if r.kernels is None else str(r.kernels)
+                    kernels = "" if r.kernels is None else str(r.kernels) + ("" if r.ops is None else f" + {r.ops}")
                     lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.4f} | {r.host * 1e3:.4f} | {kernels} |")
             continue
         lines += ["", f"## {family}", "", "| case | implementation | vs torch.linalg | time (ms) | % of peak | GB/s |", "|---|---|---|---|---|---|"]

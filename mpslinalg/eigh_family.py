@@ -104,7 +104,7 @@ def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     if not size:
         return None
     A = _checks.resolved(A)
-    w = A.new_empty((count, n), dtype=A.real.dtype if A.is_complex() else A.dtype)
+    w = A.new_empty((count, n), dtype=_checks.real_dtype(A.dtype))
     V = torch.empty_like(A) if vectors else A.new_empty(0)  # the kernel writes no V then
     for matrices, head in batches(count, A, w, V):
         flags = (int(upper), int(vectors), matrices)
@@ -126,7 +126,7 @@ def _scaled_hermitian(A: torch.Tensor, upper: bool) -> tuple[torch.Tensor, torch
     of two (exact) so that their largest entry lies in [1/2, 1); e = 0 for zero or
     non-finite ones."""
     H = _hermitian(A, upper)
-    real = H.real.dtype if H.is_complex() else H.dtype
+    real = _checks.real_dtype(H.dtype)
     largest = H.abs().amax(dim=(-2, -1))
     e = torch.frexp(largest).exponent
     e = torch.where(torch.isfinite(largest) & (largest > 0), e, 0)
@@ -144,7 +144,7 @@ def _by_svd(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, 
     """(w, V) of (count, n, n) A as the module says for larger n (V None unless ``vectors``)."""
     H, e = _scaled_hermitian(A, upper)
     count, n, _ = H.shape
-    real = H.real.dtype if H.is_complex() else H.dtype
+    real = _checks.real_dtype(H.dtype)
     L, info = cholesky_family._cholesky_ex_body(H, False, "")
     definite = (info == 0)[:, None, None]
     diagonal = H.diagonal(dim1=-2, dim2=-1).real
@@ -198,7 +198,7 @@ def _by_blocks(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     eigenvalue (Gershgorin), so that it sorts last and is dropped."""
     H, e = _scaled_hermitian(A, upper)
     count, n, _ = H.shape
-    real = H.real.dtype if H.is_complex() else H.dtype
+    real = _checks.real_dtype(H.dtype)
     b = BLOCK[H.is_complex()]
     slots = -(-n // b)
     slots += slots % 2
@@ -258,7 +258,7 @@ def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor
     n = A.shape[-1]
     count = A.shape[:-2].numel()
     if count == 0 or n == 0:
-        real = A.real.dtype if A.is_complex() else A.dtype
+        real = _checks.real_dtype(A.dtype)
         return A.new_empty(A.shape[:-1], dtype=real), torch.empty(A.shape, dtype=A.dtype, device=A.device)
     flat = A.reshape(count, n, n)
     if n >= BLOCKS_FROM[A.is_complex()]:
@@ -282,7 +282,7 @@ _eigh_op = torch.library.custom_op("mpslinalg::eigh", mutates_args=())(_eigh_bod
 
 @_eigh_op.register_fake
 def _(A, upper):
-    real = A.real.dtype if A.is_complex() else A.dtype
+    real = _checks.real_dtype(A.dtype)
     return A.new_empty(A.shape[:-1], dtype=real), torch.empty_like(A, memory_format=torch.contiguous_format)
 
 
@@ -301,7 +301,7 @@ _eigvalsh_op = torch.library.custom_op("mpslinalg::eigvalsh", mutates_args=())(_
 
 @_eigvalsh_op.register_fake
 def _(A, upper):
-    return A.new_empty(A.shape[:-1], dtype=A.real.dtype if A.is_complex() else A.dtype)
+    return A.new_empty(A.shape[:-1], dtype=_checks.real_dtype(A.dtype))
 
 
 @_eigvalsh_op.register_vmap

@@ -630,7 +630,7 @@ def determinant(A: torch.Tensor, logarithmic: bool):
         return _determinant_from(LU, pivots, logarithmic)
     a = _checks.resolved(A)
     count = a.shape[:-2].numel()
-    real = a.real.dtype if a.is_complex() else a.dtype
+    real = _checks.real_dtype(a.dtype)
     det_or_sign = a.new_empty(batch)
     logabs = a.new_empty(batch if logarithmic else (0,), dtype=real)  # det: an empty buffer
     for matrices, tensors in batches(count, a.view(count, n, n), det_or_sign.view(count), logabs.view(-1)) if count else ():
@@ -643,7 +643,7 @@ def _determinant_from(LU: torch.Tensor, pivots: torch.Tensor, logarithmic: bool)
     pivots' parity: one kernel launch (``lu_determinant``), not differentiable."""
     *batch, n, _ = LU.shape
     count = LU.shape[:-2].numel()
-    real = LU.real.dtype if LU.is_complex() else LU.dtype
+    real = _checks.real_dtype(LU.dtype)
     flat = _checks.resolved(LU).reshape(count, n, n)
     ipiv = pivots.reshape(count, n).to(torch.int32).contiguous()
     # Made in their own shapes: an output that is a view trips forward mode's layout check.
@@ -962,7 +962,7 @@ _slogdet_op = torch.library.custom_op("mpslinalg::slogdet", mutates_args=())(_sl
 
 @_slogdet_op.register_fake
 def _(A):
-    real = A.real.dtype if A.is_complex() else A.dtype
+    real = _checks.real_dtype(A.dtype)
     return A.new_empty(A.shape[:-2]), A.new_empty(A.shape[:-2], dtype=real)
 
 

@@ -100,7 +100,7 @@ def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says unless
     ``_scales_itself``; U contiguous there, its transpose otherwise."""
     count, n, _ = X.shape
-    s = torch.empty(count, n, dtype=X.real.dtype if X.is_complex() else X.dtype, device=X.device)
+    s = torch.empty(count, n, dtype=_checks.real_dtype(X.dtype), device=X.device)
     if n <= TINY_SIZES[-1]:
         u, w = torch.empty_like(X), torch.empty_like(X)
         for matrices, tensors in batches(count, X, u, s, w):
@@ -131,7 +131,7 @@ def _power_of_two(e: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, to
 def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     *batch, m, n = A.shape
     k = min(m, n)
-    real = A.real.dtype if A.is_complex() else A.dtype
+    real = _checks.real_dtype(A.dtype)
     count = A.shape[:-2].numel()
     wide = m < n
     rows, columns = (n, m) if wide else (m, n)  # of X, the matrix decomposed: rows >= columns
@@ -181,7 +181,7 @@ _svd_op = torch.library.custom_op("mpslinalg::svd", mutates_args=())(_svd_body)
 def _(A, full_matrices):
     *batch, m, n = A.shape
     k = min(m, n)
-    real = A.real.dtype if A.is_complex() else A.dtype
+    real = _checks.real_dtype(A.dtype)
     u_columns, v_rows = (m, n) if full_matrices else (k, k)
     return A.new_empty((*batch, m, u_columns)), A.new_empty((*batch, k), dtype=real), A.new_empty((*batch, v_rows, n))
 
@@ -444,7 +444,7 @@ _Pinv = _dispatch.with_transposed_jvp(torch.ops.mpslinalg.pinv, _pinv_setup, _pi
 def _tolerance(x, A: torch.Tensor) -> torch.Tensor | None:
     """atol, rtol or rcond as a tensor on A's device: a Python number by a fill, not a
     copy from the host (which a CUDA graph cannot capture)."""
-    real = A.real.dtype if A.is_complex() else A.dtype
+    real = _checks.real_dtype(A.dtype)
     if x is None:
         return None
     if isinstance(x, (int, float)):
@@ -558,7 +558,7 @@ def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, drive
     batch = _checks.broadcast_batch(A.shape[:-2], Bm.shape[:-2])
     A = A.expand(*batch, m, n)
     Bm = Bm.expand(*batch, m, Bm.shape[-1])
-    real = A.real.dtype if A.is_complex() else A.dtype
+    real = _checks.real_dtype(A.dtype)
     rtol = _tolerance(max(m, n) * torch.finfo(real).eps if rcond is None else rcond, A)
     X = _dispatch.call(torch.ops.mpslinalg.pinv, _pinv_body, A, None, rtol, function=_Pinv) @ Bm
     rank = torch.empty(0, dtype=torch.int64, device=A.device)  # gels reports none

@@ -92,7 +92,7 @@ def main() -> None:
         for name, ours, theirs in cases(device):
             made = launches_of(runtime, ours)
             whole = host_time(ours)
-            stubbed, _ = bench._host_time_without_launches(device, ours, calls=200, rounds=3)
+            stubbed = bench._stubbed_host_times(device, [ours], per_round=200, rounds=3)[0]
             bare = sum(host_time(lambda m=m: runtime.launch(*m)) for m in made)
             torch_host = host_time(theirs)
             if device.type == "cuda":

@@ -9,57 +9,11 @@ aside); a change that adds work fails here and must raise its budget on purpose.
 
 from __future__ import annotations
 
-from unittest import mock
-
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
 
 import mpslinalg as LA
-from mpslinalg import runtimes
-
-# aten ops that launch nothing on a device: views, metadata, allocations.
-NO_DEVICE_WORK = {
-    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::_reshape_alias",
-    "aten::reshape", "aten::slice", "aten::select", "aten::transpose", "aten::t", "aten::permute", "aten::expand",
-    "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::alias", "aten::resolve_conj", "aten::resolve_neg",
-    "aten::_conj", "aten::conj", "aten::mH", "aten::mT", "aten::adjoint", "aten::diagonal", "aten::narrow",
-    "aten::split", "aten::unbind", "aten::lift_fresh", "aten::_unsafe_view", "aten::view_as_real",
-    "aten::view_as_complex", "aten::numpy_T", "aten::contiguous", "aten::to", "aten::split_with_sizes",
-    "aten::result_type", "aten::is_nonzero", "aten::unflatten", "aten::flatten", "aten::movedim", "aten::expand_as",
-    "aten::chunk", "aten::type_as", "aten::clone", "aten::_to_copy", "aten::new_empty", "aten::new_empty_strided",
-}
-LAUNCH = "mpslinalg launch"
-
-
-def work(device: torch.device, call) -> tuple[int, list[str]]:
-    """(kernels, device ops) of one call of ``call``: mpslinalg's launches, and the names
-    of the leaf aten ops outside them that run on the device (a composite op such as
-    clone counts through the copy_ it makes)."""
-    runtime = runtimes.for_device(device)
-    launch = runtime.launch
-    kernels = 0
-
-    def counted(*args, **kwargs):
-        nonlocal kernels
-        kernels += 1
-        with record_function(LAUNCH):
-            return launch(*args, **kwargs)
-
-    with mock.patch.object(runtime, "launch", counted), profile(activities=[ProfilerActivity.CPU]) as profiler:
-        call()
-
-    def under_launch(event) -> bool:
-        while event is not None:
-            if event.name == LAUNCH:
-                return True
-            event = event.cpu_parent
-        return False
-
-    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not e.cpu_children
-           and e.name not in NO_DEVICE_WORK and not under_launch(e)]
-    return kernels, ops
-
+from mpslinalg.bench import device_work as work
 
 def _inputs(device):
     generator = torch.Generator().manual_seed(23)
