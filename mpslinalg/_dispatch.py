@@ -127,7 +127,18 @@ def needs_forward_mode(*tensors: torch.Tensor) -> bool:
     cannot trace a custom JVP, so it is used only then."""
     if torch.compiler.is_compiling():
         return False
-    return forward_ad._current_level >= 0 or any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
+    return _forward_mode(tensors)
+
+
+def _forward_mode(tensors) -> bool:
+    """needs_forward_mode outside torch.compile."""
+    if forward_ad._current_level >= 0:
+        return True
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    for t in tensors:
+        if wrapped(t):
+            return True
+    return False
 
 
 def call(op, body, *args, function=None):
@@ -138,9 +149,11 @@ def call(op, body, *args, function=None):
     record, no mode or tensor subclass: the custom op's dispatch costs about 30 us of
     host time a call); else through the op."""
     tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
-    if function is not None and needs_forward_mode(*tensors):
+    compiling = torch.compiler.is_compiling()
+    forward = not compiling and _forward_mode(tensors)
+    if function is not None and forward:
         return function.apply(*args)
-    if _plain(tensors):
+    if not (compiling or forward) and _plain_tensors(tensors):
         return body(*args)
     if any(_sharding.is_dtensor(t) for t in tensors):  # a batch over a device mesh
         _sharding.ensure_registered()
@@ -217,12 +230,21 @@ def _laid_out(t: torch.Tensor, shape, stride) -> torch.Tensor:
 
 def _plain(args) -> bool:
     tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
-    if torch.compiler.is_compiling() or needs_forward_mode(*tensors):
+    if torch.compiler.is_compiling() or _forward_mode(tensors):
         return False
+    return _plain_tensors(tensors)
+
+
+def _plain_tensors(tensors) -> bool:
+    """_plain for tensors outside torch.compile and forward mode: no mode, no subclass,
+    no gradient to record."""
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
         return False
     grad = torch.is_grad_enabled()
-    return all(type(t) is torch.Tensor and not (grad and t.requires_grad) for t in tensors)
+    for t in tensors:
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return True
 
 
 def answered_by(reference):

@@ -56,26 +56,29 @@ def _leaf_size(dtype: torch.dtype, device: torch.device) -> int:
 
 
 def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, info) of contiguous (count, n, n) a, n <= N, by the kernel."""
-    count, n, _ = a.shape
+    """(L, info) of contiguous (*, n, n) a, n <= N, by the kernel, in a's shape (a
+    reshape costs host time on every call)."""
+    *batch, n, _ = a.shape
+    count = a.shape[:-2].numel()
     L = torch.empty_like(a)
-    info = torch.empty(count, dtype=torch.int32, device=a.device)
+    info = torch.empty(batch, dtype=torch.int32, device=a.device)
     for size, tensors in batches(count, a, L, info):
         launch(CHOLESKY_SMALL, groups_for(size, TEAMS[N]), *tensors, n, size, N=N)
     return L, info
 
 
 def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, info) of contiguous (count, n, n) a from its lower triangle: the kernel, or
+    """(L, info) of contiguous (*, n, n) a from its lower triangle, in a's shape: the kernel, or
     LAPACK's right-looking spotrf on a copy of a in steps of ``leaf`` columns: the
     diagonal block by the kernel, the panel L21 = A21 L11^-H by the triangular solve's
     kernel, the trailing A22 - L21 L21^H as one product (on the whole square; its upper
     part is dropped). A few launches a step: the recursion on halves (spotrf2) it
     replaces made thousands at n = 1024, whose host time bounded it."""
-    count, n, _ = a.shape
+    n = a.shape[-1]
     if n <= leaf:
         return _factor_small(a, next(N for N in SIZES if n <= N))
-    W = a.clone()
+    count = a.shape[:-2].numel()
+    W = a.reshape(count, n, n).clone()
     failures = []  # each step's kernel info: the order within its block
     for k in range(0, n, leaf):
         end = min(k + leaf, n)
@@ -94,7 +97,7 @@ def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
     failed = torch.stack(failures, -1)
     step = (failed > 0).to(torch.int32).argmax(-1, keepdim=True)
     first = failed.gather(-1, step)
-    return W.tril_(), torch.where(first > 0, first + step.to(torch.int32) * leaf, 0).view(count)
+    return W.tril_().view(a.shape), torch.where(first > 0, first + step.to(torch.int32) * leaf, 0).view(a.shape[:-2])
 
 
 def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:
@@ -123,9 +126,8 @@ def _cholesky_ex_body(A: torch.Tensor, upper: bool, check_errors: str) -> tuple[
     if count == 0 or n == 0:
         info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
         return torch.empty(A.shape, dtype=A.dtype, device=A.device), info
-    X = _checks.resolved(A.mH if upper else A).view(count, n, n)  # upper: the lower triangle of A^H
+    X = _checks.resolved(A.mH if upper else A)  # upper: the lower triangle of A^H
     L, info = _factor(X, _leaf_size(A.dtype, A.device))
-    L, info = L.view(A.shape), info.view(A.shape[:-2])
     if upper:
         L = L.mH.contiguous()
     if check_errors:

@@ -92,19 +92,29 @@ EIGH_PAIRS = Kernel(
 
 
 def _pair_size(n: int, dtype: torch.dtype) -> int:
-    """The N of the eigh_pairs instance for n x n, or 0 if none applies."""
-    return next((size for size in PAIR_SIZES if n <= size and EIGH_PAIRS.exists(dtype, N=size, VS=int(_v_shared(dtype, size)))), 0)
+    """The N of the eigh_pairs instance for n x n, or 0 if none applies (a loop and a
+    table read: every call asks)."""
+    for size in PAIR_SIZES:
+        if n <= size and _PAIR_DTYPES[dtype, size]:
+            return size
+    return 0
+
+
+# (dtype, N) -> whether eigh_pairs has that instance (the declaration decides).
+_PAIR_DTYPES = {(dtype, size): EIGH_PAIRS.exists(dtype, N=size, VS=int(_v_shared(dtype, size)))
+                for dtype in EIGH_PAIRS.dtypes for size in PAIR_SIZES}
 
 
 def _by_jacobi(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(w, V) of (count, n, n) A by eigh_tiny or eigh_pairs (V a placeholder unless
-    ``vectors``), or None where neither applies."""
-    count, n, _ = A.shape
+    """(w, V) of (*, n, n) A by eigh_tiny or eigh_pairs, in A's batch shape (V a
+    placeholder unless ``vectors``), or None where neither applies."""
+    *batch, n, _ = A.shape
+    count = A.shape[:-2].numel()
     size = n if n <= TINY_SIZES[-1] else _pair_size(n, A.dtype)
     if not size:
         return None
     A = _checks.resolved(A)
-    w = A.new_empty((count, n), dtype=_checks.real_dtype(A.dtype))
+    w = torch.empty((*batch, n), dtype=_checks.real_dtype(A.dtype), device=A.device)
     V = torch.empty_like(A) if vectors else A.new_empty(0)  # the kernel writes no V then
     for matrices, head in batches(count, A, w, V):
         flags = (int(upper), int(vectors), matrices)
@@ -260,11 +270,12 @@ def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor
     if count == 0 or n == 0:
         real = _checks.real_dtype(A.dtype)
         return A.new_empty(A.shape[:-1], dtype=real), torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    if n < BLOCKS_FROM[A.is_complex()]:
+        found = _by_jacobi(A, upper, vectors)  # in A's shape: a reshape costs host time on every call
+        if found is not None:
+            return found[0], found[1] if vectors else None
     flat = A.reshape(count, n, n)
-    if n >= BLOCKS_FROM[A.is_complex()]:
-        w, V = _by_blocks(flat, upper, vectors)
-    else:
-        w, V = _by_jacobi(flat, upper, vectors) or _by_svd(flat, upper, vectors)
+    w, V = (_by_blocks if n >= BLOCKS_FROM[A.is_complex()] else _by_svd)(flat, upper, vectors)
     return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape) if vectors else None
 
 

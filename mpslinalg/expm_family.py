@@ -238,15 +238,15 @@ def _matrix_exp_body(A: torch.Tensor) -> torch.Tensor:
         return torch.empty_like(a)
     if n == 1:  # as torch: the scalar exponential
         return a.exp()
-    flat = a.view(count, n, n)
     N = _fused_size(n, a.dtype, a.device)
-    if N:
-        X = torch.empty_like(flat)
+    if N:  # a and X as they lie (a view costs host time on every call)
+        X = torch.empty_like(a)
         degrees = _degrees(a.dtype)
-        for size, (part, out) in batches(count, flat, X):
+        for size, (part, out) in batches(count, a, X):
             launch(EXPM_SMALL, groups_for(size, lu_family.TEAMS[N]), part, out, _coefficient_table(a.dtype, a.device),
                    _log2_theta_table(a.dtype, a.device), len(degrees), SLOTS, n, size, N=N)
-        return X.view(a.shape)
+        return X
+    flat = a.view(count, n, n)
     real = _REAL.get(flat.dtype, flat.dtype)
     index, squarings, finite = _scaling(flat)
     half = squarings // 2  # 2^-s in two normal factors (s passes 126 in float32 near its overflow)

@@ -71,9 +71,9 @@ def _inv_small_ex_body(A: torch.Tensor, check_errors: str) -> tuple[torch.Tensor
     if n == 0:
         return inverse, torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     info = torch.empty(a.shape[:-2], dtype=torch.int32, device=a.device)  # the kernel writes all
-    flat_a, flat_inverse, flat_info = a.view(-1, n, n), inverse.view(-1, n, n), info.view(-1)
     size = 0 if n <= SMALL else lu_family.fused_size(n, a.dtype)
-    for count, tensors in batches(flat_info.numel(), flat_a, flat_inverse, flat_info):
+    # The tensors as they lie (batches takes any shape; a view costs host time on every call).
+    for count, tensors in batches(a.shape[:-2].numel(), a, inverse, info):
         if n <= SMALL:
             launch(INVERSE_SMALL, groups_for(count, GROUP), *tensors, count, N=n)
         else:  # sgesv with B = I, in one launch (B's buffer is not read)
@@ -100,8 +100,7 @@ def _det_small_body(A: torch.Tensor) -> torch.Tensor:
     if n == 0:
         return torch.ones(a.shape[:-2], dtype=a.dtype, device=a.device)
     det = torch.empty(a.shape[:-2], dtype=a.dtype, device=a.device)
-    flat_a, flat_det = a.view(-1, n, n), det.view(-1)
-    for count, tensors in batches(flat_det.numel(), flat_a, flat_det):
+    for count, tensors in batches(a.shape[:-2].numel(), a, det):
         launch(DET_SMALL, groups_for(count, GROUP), *tensors, count, N=n)
     return det
 

@@ -213,8 +213,11 @@ LU_DETERMINANT = Kernel(
 
 def _small_size(m: int, n: int, dtype: torch.dtype) -> int:
     """The N of the lu_factor_small instance for m x n, or 0 if none applies."""
-    size = next((s for s in SIZES if max(m, n) <= s), 0)
-    return size if size and LU_FACTOR_SMALL.exists(dtype, N=size) else 0
+    largest = max(m, n)
+    for size in SIZES:
+        if largest <= size:
+            return size if _SMALL_DTYPES[dtype, size] else 0
+    return 0
 
 
 # --- the factorization ---
@@ -236,25 +239,24 @@ def _lu_factor_body(A: torch.Tensor, pivot: bool, check_errors: str) -> tuple[to
     *batch, m, n = a.shape
     k = min(m, n)
     count = a.shape[:-2].numel()
-    flat = a.reshape(count, m, n)
     size = _small_size(m, n, a.dtype)
     # The small kernel writes every info; the panels only record a first zero pivot.
-    info = (torch.empty if size and count and k else torch.zeros)(count, dtype=torch.int32, device=a.device)
-    pivots = torch.empty(count, k, dtype=torch.int32, device=a.device)
+    # Outputs are made in their own shapes (a reshape costs host time on every call).
+    info = (torch.empty if size and count and k else torch.zeros)(batch, dtype=torch.int32, device=a.device)
+    pivots = torch.empty((*batch, k), dtype=torch.int32, device=a.device)
     if count == 0 or k == 0:
-        lu = flat.clone()
+        lu = a.clone()
     elif size:
-        lu = torch.empty_like(flat)
-        for matrices, tensors in batches(count, flat, lu, pivots, info):
+        lu = torch.empty_like(a)
+        for matrices, tensors in batches(count, a, lu, pivots, info):
             launch(LU_FACTOR_SMALL, groups_for(matrices, TEAMS[size]), *tensors, m, n, matrices, int(pivot), N=size)
     else:
-        lu = flat.clone()
-        for _, tensors in batches(count, lu, pivots, info):
-            _factor_blocked(*tensors, pivot)
-    info = info.reshape(batch)
+        lu = a.clone()
+        for _, (flat, flat_pivots, flat_info) in batches(count, lu, pivots, info):
+            _factor_blocked(flat.view(-1, m, n), flat_pivots.view(-1, k), flat_info.view(-1), pivot)
     if check_errors:
         _ERRORS[check_errors](check_errors, info)
-    return lu.reshape(a.shape), pivots.reshape(*batch, k), info
+    return lu, pivots, info
 
 
 def _register_panel(h: int, dtype: torch.dtype, device: torch.device) -> dict | None:
@@ -491,6 +493,8 @@ def fused_size(n: int, dtype: torch.dtype, sizes: tuple[int, ...] = SOLVE_SIZES)
     return 0
 
 
+# (dtype, N) -> whether lu_factor_small has that instance (the declaration decides).
+_SMALL_DTYPES = {(dtype, size): LU_FACTOR_SMALL.exists(dtype, N=size) for dtype in LU_FACTOR_SMALL.dtypes for size in SIZES}
 # (dtype, N, solves) -> whether the fused kernels have that instance (the declarations decide).
 _FUSED_DTYPES = {
     **{(dtype, size, True): SOLVE_SMALL.exists(dtype, N=size, TRANSPOSED=0)
@@ -633,7 +637,7 @@ def determinant(A: torch.Tensor, logarithmic: bool):
     real = _checks.real_dtype(a.dtype)
     det_or_sign = a.new_empty(batch)
     logabs = a.new_empty(batch if logarithmic else (0,), dtype=real)  # det: an empty buffer
-    for matrices, tensors in batches(count, a.view(count, n, n), det_or_sign.view(count), logabs.view(-1)) if count else ():
+    for matrices, tensors in batches(count, a, det_or_sign, logabs) if count else ():
         launch(DETERMINANT_SMALL, groups_for(matrices, TEAMS[size]), *tensors, n, matrices, int(logarithmic), N=size)
     return (det_or_sign, logabs) if logarithmic else det_or_sign
 

@@ -91,8 +91,11 @@ GEQRF_PANEL = Kernel(
 
 def small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
     """The N of ``kernel``'s instance for m x n, or 0 if none applies."""
-    size = next((s for s in SIZES if max(m, n) <= s), 0)
-    return size if size and kernel.exists(dtype, N=size) else 0
+    largest = max(m, n)
+    for size in SIZES:
+        if largest <= size:
+            return size if kernel.exists(dtype, N=size) else 0
+    return 0
 
 
 # --- custom ops: the kernels and their fake implementations ---
@@ -108,16 +111,16 @@ def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return a.clone(), a.new_zeros((*batch, k))
     size = small_size(GEQRF_SMALL, m, n, a.dtype)
     group = 0 if size else _panel_group(m, a.dtype, a.device)
-    tau = a.new_empty((count, k))
+    tau = torch.empty((*batch, k), dtype=a.dtype, device=a.device)  # in its own shape, as packed
     if size:
-        flat = a.reshape(count, m, n)
-        packed = torch.empty_like(flat)
-        for matrices, tensors in batches(count, flat, packed, tau):
+        packed = torch.empty_like(a)
+        for matrices, tensors in batches(count, a, packed, tau):
             launch(GEQRF_SMALL, groups_for(matrices, TEAMS[size]), *tensors, m, n, matrices, N=size)
     else:
         packed = a.reshape(count, m, n).clone()
-        _geqrf_blocked(packed, tau, group)
-    return packed.reshape(a.shape), tau.reshape(*batch, k)
+        _geqrf_blocked(packed, tau.view(count, k), group)
+        packed = packed.view(a.shape)
+    return packed, tau
 
 
 def _panel_group(m: int, dtype: torch.dtype, device: torch.device) -> int:
@@ -284,16 +287,16 @@ def _qr_small(a: torch.Tensor, mode: str, size: int) -> tuple[torch.Tensor, torc
     count = a.shape[:-2].numel()
     q_columns = m if mode == "complete" else k
     r_rows = m if mode == "complete" else k
-    Q = a.new_empty(0) if mode == "r" else a.new_empty((count, m, q_columns))
-    R = a.new_empty((count, r_rows, n))
+    # In their own shapes: a reshape costs host time on every call.
+    Q = a.new_empty(0) if mode == "r" else torch.empty((*batch, m, q_columns), dtype=a.dtype, device=a.device)
+    R = torch.empty((*batch, r_rows, n), dtype=a.dtype, device=a.device)
     if count and k:
-        flat = a.reshape(count, m, n)
-        for matrices, tensors in batches(count, flat, Q, R):  # mode "r": Q empty, each piece's too
+        for matrices, tensors in batches(count, a, Q, R):  # mode "r": Q empty, each piece's too
             launch(QR_SMALL, groups_for(matrices, TEAMS[size]), *tensors,
                    m, n, 0 if mode == "r" else q_columns, r_rows, matrices, N=size)
     elif Q.numel():
         Q.copy_(torch.eye(m, q_columns, dtype=a.dtype, device=a.device))  # an m x 0 A's complete Q
-    return (Q if mode == "r" else Q.reshape(*batch, m, q_columns)), R.reshape(*batch, r_rows, n)
+    return Q, R
 
 
 def _qr_fake(A, mode):

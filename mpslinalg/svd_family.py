@@ -85,8 +85,16 @@ def _jacobi_group(n: int, dtype: torch.dtype, device: torch.device) -> int:
 
 
 def _pair_size(n: int, dtype: torch.dtype) -> int:
-    """The N of the svd_pairs instance for n x n, or 0 if none applies."""
-    return next((size for size in PAIR_SIZES if n <= size and SVD_PAIRS.exists(dtype, N=size)), 0)
+    """The N of the svd_pairs instance for n x n, or 0 if none applies (a loop and a
+    table read: every call asks)."""
+    for size in PAIR_SIZES:
+        if n <= size and _PAIR_DTYPES[dtype, size]:
+            return size
+    return 0
+
+
+# (dtype, N) -> whether svd_pairs has that instance (the declaration decides).
+_PAIR_DTYPES = {(dtype, size): SVD_PAIRS.exists(dtype, N=size) for dtype in SVD_PAIRS.dtypes for size in PAIR_SIZES}
 
 
 def _scales_itself(n: int, dtype: torch.dtype) -> bool:
@@ -97,10 +105,12 @@ def _scales_itself(n: int, dtype: torch.dtype) -> bool:
 
 
 def _svd_square(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(U, S, Vh) of contiguous (count, n, n) X, scaled as the module says unless
-    ``_scales_itself``; U contiguous there, its transpose otherwise."""
-    count, n, _ = X.shape
-    s = torch.empty(count, n, dtype=_checks.real_dtype(X.dtype), device=X.device)
+    """(U, S, Vh) of contiguous (*, n, n) X in its batch shape (a reshape costs host
+    time on every call), scaled as the module says unless ``_scales_itself``; U
+    contiguous there, its transpose otherwise."""
+    *batch, n, _ = X.shape
+    count = X.shape[:-2].numel()
+    s = torch.empty((*batch, n), dtype=_checks.real_dtype(X.dtype), device=X.device)
     if n <= TINY_SIZES[-1]:
         u, w = torch.empty_like(X), torch.empty_like(X)
         for matrices, tensors in batches(count, X, u, s, w):
@@ -142,10 +152,10 @@ def _svd_body(A: torch.Tensor, full_matrices: bool) -> tuple[torch.Tensor, torch
         # autograd.Function's output under forward mode may not be.
         return U.clone(memory_format=torch.contiguous_format), A.new_zeros((*batch, k), dtype=real), Vh.clone(
             memory_format=torch.contiguous_format)
-    X = _checks.resolved(A.mH if wide else A).reshape(count, rows, columns)
+    X = _checks.resolved(A.mH if wide else A)
     if rows == columns and _scales_itself(columns, A.dtype):
-        U, S, Vh = _svd_square(X)
-        return U.reshape(*batch, m, m), S.reshape(*batch, k), Vh.reshape(*batch, n, n)
+        return _svd_square(X)
+    X = X.reshape(count, rows, columns)
     # Scaled by 2^-e with max |x_ij| in [1/2, 1); zero and non-finite matrices as they are.
     # Not where R's SVD kernel scales itself: our QR is scale-invariant (sgeqrf's scaled
     # norms), and the dozen elementwise launches cost more than the kernels at small n.

@@ -145,15 +145,18 @@ INDEX_LIMIT = 2**31
 
 
 def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> torch.Tensor:
-    """X with A X = B; A is (1 or batch, n, n), B (batch, n, k), both contiguous."""
-    batch, n, k = B.shape
+    """X with A X = B, in B's shape; A is (*, n, n) of B's batch or of one matrix, B
+    (*, n, k), both contiguous (taken as they lie: a reshape costs host time on every
+    call)."""
+    *_, n, k = B.shape
+    batch = B.shape[:-2].numel()
     X = torch.empty_like(B)
     if batch == 0 or n == 0 or k == 0:
         return X
     if n <= SIZES[-1] and n * k >= INDEX_LIMIT:  # the kernels index a system's n x k in int
         step = (INDEX_LIMIT - 1) // n
         return torch.cat([_solve_left(A, B[..., c : c + step].contiguous(), upper, unit) for c in range(0, k, step)], -1)
-    a_stride = 0 if A.shape[0] == 1 else n * n
+    a_stride = 0 if A.shape[:-2].numel() == 1 else n * n
     width = _panel_width(n, k) if n in SIZES else 0
     if k >= 8 and TRSM_BY_INVERSE.exists(A.dtype, N=n, KC=width):
         teams = batch * -(-k // _columns_per_team(n, width))
@@ -167,7 +170,7 @@ def _solve_left(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) -> to
             blocks = -(-k // ROWS_BLOCK)
             launch(TRSM_ROWS, batch * blocks, A, B, X, n, k, a_stride, N=size, UPPER=int(upper), UNIT=int(unit))
     else:
-        X = _solve_blocked(A, B, upper, unit)
+        X = _solve_blocked(A.reshape(-1, n, n), B.reshape(batch, n, k), upper, unit).view(B.shape)
     return X
 
 
@@ -243,10 +246,7 @@ def _solve_triangular_body(A: torch.Tensor, B: torch.Tensor, upper: bool, left: 
         return torch.empty_like(B)
     if not left:  # X A = B  <=>  A^T X^T = B^T
         A, B, upper = A.mT.contiguous(), B.mT.contiguous(), not upper
-    batch_shape = B.shape[:-2]
-    n, k = B.shape[-2], B.shape[-1]
-    a = A.reshape(-1, n, n)
-    X = _solve_left(a, B.reshape(-1, n, k), upper, unitriangular).reshape(*batch_shape, n, k)
+    X = _solve_left(A, B, upper, unitriangular)
     return X if left else X.mT.contiguous()
 
 

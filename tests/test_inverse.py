@@ -285,6 +285,26 @@ def test_batches_beyond_one_launch(device, monkeypatch):
     assert det_ratio(A, LA.det(A)) < THRESHOLD
 
 
+@pytest.mark.parametrize("n", [4, 8])
+def test_every_family_batches_beyond_one_launch(device, monkeypatch, n):
+    """A batch of (3, 111) matrices in launches of at most 100 (runtimes.batches: the
+    tensors of any shape flattened by matrix, then sliced) gives each function's
+    results bit for bit as one launch does, in the batch's shape."""
+    A = batch_of((3, 111), n, torch.float32, rng).to(device)
+    P = A @ A.mT + torch.eye(n, device=device)
+    calls = {
+        "inv_ex": lambda: LA.inv_ex(A), "det": lambda: LA.det(A), "slogdet": lambda: LA.slogdet(A),
+        "lu_factor_ex": lambda: LA.lu_factor_ex(A), "cholesky_ex": lambda: LA.cholesky_ex(P),
+        "eigh": lambda: LA.eigh(P), "eigvalsh": lambda: LA.eigvalsh(P), "svd": lambda: LA.svd(A),
+        "qr": lambda: LA.qr(A), "geqrf": lambda: LA.geqrf(A), "matrix_exp": lambda: LA.matrix_exp(A / n),
+    }
+    whole = {name: call() for name, call in calls.items()}
+    monkeypatch.setattr(runtimes, "LAUNCH_LIMIT", 100)
+    for name, call in calls.items():
+        for got, expected in zip(torch.utils._pytree.tree_leaves(call()), torch.utils._pytree.tree_leaves(whole[name])):
+            assert got.shape == expected.shape and torch.equal(got, expected), name
+
+
 def test_larger_matrices_use_torch_linalg(device):
     A = batch_of((3,), 6, torch.float32, rng).to(device)
     torch.testing.assert_close(LA.inv(A), torch.linalg.inv(A))

@@ -246,13 +246,16 @@ def pieces(count: int):
 
 def batches(count: int, *tensors: torch.Tensor):
     """(matrices, the tensors' slices) of each launch over a batch of ``count``
-    matrices: ``tensors`` themselves where one launch takes the whole batch (a slice
-    costs host time on every call)."""
+    matrices, each tensor contiguous with its matrices' elements in order (any shape:
+    a (*batch, m, n) tensor, or a flat one): ``tensors`` themselves where one launch
+    takes the whole batch (a reshape or a slice costs host time on every call); an
+    empty tensor (a placeholder) as it is."""
     if count <= LAUNCH_LIMIT:
         yield count, tensors
         return
+    flat = [t.reshape(count, -1) if t.numel() else t for t in tensors]
     for start, stop in pieces(count):
-        yield stop - start, tuple(t[start:stop] for t in tensors)
+        yield stop - start, tuple(t[start:stop] if t.numel() else t for t in flat)
 
 
 from .cuda import CudaRuntime  # noqa: E402
