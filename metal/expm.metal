@@ -149,7 +149,7 @@ METAL_FUNC void combination(thread T (&out)[N], thread const T (&P)[N], thread c
   }
 }
 
-// The matrix exponential of n x n matrices, n <= N <= 32, in one kernel: Higham's
+// The matrix exponential of n x n matrices, n <= N (8 or 16), in one kernel: Higham's
 // scaling and squaring (Algorithm 2.3 of the paper above), every step of
 // matrix_exp's composed route (expm_family.py) on a team of N threads, thread t
 // holding row t of each matrix in registers, as the LU kernels' teams (lu.metal):

@@ -229,6 +229,8 @@ def _laid_out(t: torch.Tensor, shape, stride) -> torch.Tensor:
 
 
 def _plain(args) -> bool:
+    """Whether ``call`` takes the body itself for ``args``: the test ``call`` makes inline
+    from the same parts, asking is_compiling once."""
     tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
     if torch.compiler.is_compiling() or _forward_mode(tensors):
         return False

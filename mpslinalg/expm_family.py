@@ -126,7 +126,6 @@ def _degrees(dtype: torch.dtype) -> tuple[tuple[int, float], ...]:
     return DOUBLE_DEGREES if dtype in (torch.float64, torch.complex128) else SINGLE_DEGREES
 
 
-_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 _TABLES: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
 
 
@@ -144,7 +143,7 @@ def _log2_theta_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 
 def _table(name: str, dtype: torch.dtype, device: torch.device, rows) -> torch.Tensor:
-    real = _REAL.get(dtype, dtype)
+    real = _checks.real_dtype(dtype)
     key = (name, real, device)
     table = _TABLES.get(key)
     if table is None:
@@ -247,7 +246,7 @@ def _matrix_exp_body(A: torch.Tensor) -> torch.Tensor:
                    _log2_theta_table(a.dtype, a.device), len(degrees), SLOTS, n, size, N=N)
         return X
     flat = a.view(count, n, n)
-    real = _REAL.get(flat.dtype, flat.dtype)
+    real = _checks.real_dtype(flat.dtype)
     index, squarings, finite = _scaling(flat)
     half = squarings // 2  # 2^-s in two normal factors (s passes 126 in float32 near its overflow)
     scaled = flat * _power_of_two(-half, real)[:, None, None] * _power_of_two(half - squarings, real)[:, None, None]
