@@ -704,12 +704,15 @@ NO_DEVICE_WORK = {
     "aten::chunk", "aten::type_as", "aten::clone", "aten::_to_copy", "aten::new_empty", "aten::new_empty_strided",
 }
 _LAUNCH = "mpslinalg launch"
+# Matrix products: one device kernel each (cuBLAS's, MPS's GEMM), whatever the CPU's
+# implementation calls under them (baddbmm copies its input there first).
+MATMULS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addmm_", "aten::baddbmm_", "aten::addbmm"}
 
 
 def device_work(device: torch.device, call) -> tuple[int, list[str]]:
     """(kernels, device ops) of one call of ``call``: mpslinalg's launches, and the names
     of the leaf aten ops outside them that run on the device (a composite op such as
-    clone counts through the copy_ it makes)."""
+    clone counts through the copy_ it makes; a matrix product counts as itself)."""
     runtime = runtimes.for_device(device)
     launch = runtime.launch
     kernels = 0
@@ -730,8 +733,16 @@ def device_work(device: torch.device, call) -> tuple[int, list[str]]:
             event = event.cpu_parent
         return False
 
-    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not e.cpu_children
-           and e.name not in NO_DEVICE_WORK and not under_launch(e)]
+    def under_matmul(event) -> bool:
+        event = event.cpu_parent
+        while event is not None:
+            if event.name in MATMULS:
+                return True
+            event = event.cpu_parent
+        return False
+
+    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not under_launch(e)
+           and not under_matmul(e) and (e.name in MATMULS or not e.cpu_children and e.name not in NO_DEVICE_WORK)]
     return kernels, ops
 
 

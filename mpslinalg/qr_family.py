@@ -101,25 +101,29 @@ def small_size(kernel: Kernel, m: int, n: int, dtype: torch.dtype) -> int:
 # --- custom ops: the kernels and their fake implementations ---
 
 
-@_dispatch.answered_by(lambda A: _dispatch.TORCH.geqrf(A))
-def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    a = _checks.resolved(A)
+def _geqrf_packed(a: torch.Tensor, keep: bool) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """(packed, tau) of geqrf for resolved a, and with ``keep`` the blocked route's
+    panels (V, T) (an empty list on the small kernel's route)."""
     *batch, m, n = a.shape
     k = min(m, n)
     count = a.shape[:-2].numel()
     if count == 0 or k == 0:
-        return a.clone(), a.new_zeros((*batch, k))
+        return a.clone(), a.new_zeros((*batch, k)), []
     size = small_size(GEQRF_SMALL, m, n, a.dtype)
-    group = 0 if size else _panel_group(m, a.dtype, a.device)
     tau = torch.empty((*batch, k), dtype=a.dtype, device=a.device)  # in its own shape, as packed
     if size:
         packed = torch.empty_like(a)
         for matrices, tensors in batches(count, a, packed, tau):
             launch(GEQRF_SMALL, groups_for(matrices, TEAMS[size]), *tensors, m, n, matrices, N=size)
-    else:
-        packed = a.reshape(count, m, n).clone()
-        _geqrf_blocked(packed, tau.view(count, k), group)
-        packed = packed.view(a.shape)
+        return packed, tau, []
+    packed = a.reshape(count, m, n).clone()
+    panels = _geqrf_blocked(packed, tau.view(count, k), _panel_group(m, a.dtype, a.device), keep)
+    return packed.view(a.shape), tau, panels
+
+
+@_dispatch.answered_by(lambda A: _dispatch.TORCH.geqrf(A))
+def _geqrf_body(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    packed, tau, _ = _geqrf_packed(_checks.resolved(A), keep=False)
     return packed, tau
 
 
@@ -131,18 +135,24 @@ def _panel_group(m: int, dtype: torch.dtype, device: torch.device) -> int:
     return next((g for g in groups if m <= 2 * g), groups[-1])
 
 
-def _geqrf_blocked(a: torch.Tensor, tau: torch.Tensor, group: int) -> None:
+def _geqrf_blocked(a: torch.Tensor, tau: torch.Tensor, group: int, keep: bool = False) -> list:
     """sgeqrf in place on a (count x m x n): the panel kernel on each PANEL_WIDTH
-    columns, then the panel's H^H applied to the columns right of it (slarfb)."""
+    columns, then the panel's H^H applied to the columns right of it (slarfb).
+    ``keep``: the panels' (V, T) of _compact_wy, which Q's sorgqr needs again."""
     count, m, n = a.shape
     k = min(m, n)
+    panels = []
     for j0 in range(0, k, PANEL_WIDTH):
         w = min(PANEL_WIDTH, k - j0)
         launch(GEQRF_PANEL, count, a, tau, m, n, j0, w, GROUP=group)
-        if j0 + w < n:
+        if j0 + w < n or keep:
             V, T = _compact_wy(a, tau, j0)
+            if keep:
+                panels.append((V, T))
+        if j0 + w < n:
             C = a[:, j0:, j0 + w :]
-            C.sub_(V @ (T.mH @ (V.mH @ C)))
+            C.baddbmm_(V, T.mH @ (V.mH @ C), alpha=-1)
+    return panels
 
 
 def _compact_wy(a: torch.Tensor, tau: torch.Tensor, j0: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,9 +165,13 @@ def _compact_wy(a: torch.Tensor, tau: torch.Tensor, j0: int) -> tuple[torch.Tens
     some tau_j = 0 (their columns of T are zero) unlike T^-1 = D^-1 + U."""
     t = tau[..., j0 : j0 + PANEL_WIDTH]
     w = t.shape[-1]
-    panel = a[..., j0:, j0 : j0 + w]
-    V = panel.tril(-1) + torch.eye(panel.shape[-2], w, dtype=a.dtype, device=a.device)
-    unit = t.unsqueeze(-1) * (V.mH @ V).triu(1) + torch.eye(w, dtype=a.dtype, device=a.device)
+    # Fresh tensors written in place where that saves an op a panel (a large QR's
+    # launches are what bound it); autograd (ormqr's and the references' gradients)
+    # sees only ops whose backward needs no value they overwrite.
+    V = a[..., j0:, j0 : j0 + w].tril(-1)
+    V.diagonal(dim1=-2, dim2=-1).fill_(1)
+    unit = (V.mH @ V).triu_(1) * t.unsqueeze(-1)
+    unit.diagonal(dim1=-2, dim2=-1).fill_(1)
     return V, triangular.solve_triangular(unit, torch.diag_embed(t), upper=True, unitriangular=True)
 
 
@@ -197,16 +211,17 @@ def _householder_body(A: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return q.reshape(a.shape)
 
 
-def _householder_blocked(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+def _householder_blocked(a: torch.Tensor, tau: torch.Tensor, panels: list | None = None) -> torch.Tensor:
     """sorgqr: Q (count x m x n) from I by the panels' I - V T V^H, last panel first;
     a panel starting at column j0 only touches Q[j0:, j0:] (the columns left of it
-    are still those of I there)."""
+    are still those of I there). ``panels``: their (V, T), if geqrf kept them."""
     count, m, n = a.shape
     q = torch.eye(m, n, dtype=a.dtype, device=a.device).expand(count, m, n).contiguous()
-    for j0 in reversed(range(0, tau.shape[-1], PANEL_WIDTH)):
-        V, T = _compact_wy(a, tau, j0)
+    starts = range(0, tau.shape[-1], PANEL_WIDTH)
+    for index, j0 in reversed(list(enumerate(starts))):
+        V, T = panels[index] if panels else _compact_wy(a, tau, j0)
         Q = q[:, j0:, j0:]
-        Q.sub_(V @ (T @ (V.mH @ Q)))
+        Q.baddbmm_(V, T @ (V.mH @ Q), alpha=-1)
     return q
 
 
@@ -270,7 +285,7 @@ def _qr_body(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     size = small_size(QR_SMALL, m, n, A.dtype)
     if size:
         return _qr_small(_checks.resolved(A), mode, size)
-    packed, tau = _geqrf_body(A)
+    packed, tau, panels = _geqrf_packed(_checks.resolved(A), keep=mode != "r")
     R = packed[..., : (m if mode == "complete" else k), :].triu()
     if mode == "r":
         return A.new_empty(0), R
@@ -278,7 +293,12 @@ def _qr_body(A: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
         reflectors = torch.nn.functional.pad(packed, (0, m - n))
     else:
         reflectors = packed[..., :, :k]
-    return _householder_body(reflectors.contiguous(), tau), R
+    if not panels:
+        return _householder_body(reflectors.contiguous(), tau), R
+    # The blocked route: Q by geqrf's own (V, T), which sorgqr would form again.
+    count = A.shape[:-2].numel()
+    flat = reflectors.reshape(count, *reflectors.shape[-2:])
+    return _householder_blocked(flat, tau.view(count, k), panels).view(reflectors.shape), R
 
 
 def _qr_small(a: torch.Tensor, mode: str, size: int) -> tuple[torch.Tensor, torch.Tensor]:
