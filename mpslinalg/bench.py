@@ -726,23 +726,16 @@ def device_work(device: torch.device, call) -> tuple[int, list[str]]:
     with mock.patch.object(runtime, "launch", counted), profile(activities=[ProfilerActivity.CPU]) as profiler:
         call()
 
-    def under_launch(event) -> bool:
+    def within(event, names) -> bool:  # event itself or an op it runs under is one of names
         while event is not None:
-            if event.name == _LAUNCH:
+            if event.name in names:
                 return True
             event = event.cpu_parent
         return False
 
-    def under_matmul(event) -> bool:
-        event = event.cpu_parent
-        while event is not None:
-            if event.name in MATMULS:
-                return True
-            event = event.cpu_parent
-        return False
-
-    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not under_launch(e)
-           and not under_matmul(e) and (e.name in MATMULS or not e.cpu_children and e.name not in NO_DEVICE_WORK)]
+    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not within(e, {_LAUNCH})
+           and not within(e.cpu_parent, MATMULS)
+           and (e.name in MATMULS or not e.cpu_children and e.name not in NO_DEVICE_WORK)]
     return kernels, ops
 
 

@@ -10,12 +10,16 @@ import mpslinalg as LA
 from mpslinalg.bench import device_work
 
 
-def timed(call, device) -> float:
-    call(); torch.cuda.synchronize() if device.type == "cuda" else None
+def timed(call) -> float:
+    call()  # the kernels' compilation and the caches
+    torch.cuda.synchronize()
     samples = []
     for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(); call(); end.record(); torch.cuda.synchronize()
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
         samples.append(start.elapsed_time(end))
     return statistics.median(samples)
 
@@ -32,8 +36,8 @@ def main(sizes: list[int], names: tuple[str, ...] = ("lu_factor_ex", "cholesky_e
             for name in names:
                 args = inputs[name]
                 kw = {"upper": False} if name == "solve_triangular" else {}
-                ours = timed(lambda: getattr(LA, name)(*args, **kw), device)
-                theirs = timed(lambda: getattr(torch.linalg, name)(*args, **kw), device)
+                ours = timed(lambda: getattr(LA, name)(*args, **kw))
+                theirs = timed(lambda: getattr(torch.linalg, name)(*args, **kw))
                 kernels, ops = device_work(device, lambda: getattr(LA, name)(*args, **kw))
                 print(f"{name} {n} {str(dtype)[6:]}: {ours:.2f} ms, torch {theirs:.2f} ms ({theirs / ours:.2f}x); "
                       f"{kernels} kernels + {len(ops)} ops", flush=True)
