@@ -1,12 +1,12 @@
 """Cholesky: ``cholesky``, ``cholesky_ex``, ``cholesky_solve``, ``cholesky_inverse``.
 
-Kernel (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2: ``cholesky_small`` factors
-n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per matrix. Larger
-matrices are factored right-looking in steps of 64 columns, as LAPACK's spotrf
-(``_factor``): the diagonal block by the kernel, the panel by mpslinalg's triangular
-solve (kernel), the trailing update by ``baddbmm`` (where the work is). ``info`` is
-LAPACK's, computed on the device: the order of the first leading minor that is not
-positive definite (a pivot <= 0 or NaN).
+Kernels (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2 and spotrf: ``cholesky_small``
+factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per matrix.
+Larger matrices are factored right-looking in steps of 64 columns, as LAPACK's spotrf
+(``_factor``): ``potrf_step`` factors the diagonal block and solves the panel below it
+across threadgroups, and one ``baddbmm`` takes the trailing update (where the work is).
+``info`` is LAPACK's, computed on the device: the order of the first leading minor that
+is not positive definite (a pivot <= 0 or NaN).
 
 ``cholesky_solve`` solves with L and L^H (mpslinalg's triangular solves);
 ``cholesky_inverse`` is W^H W with W = L^-1 (``tril_inverse``).
@@ -67,37 +67,63 @@ def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
     return L, info
 
 
+# spotrf's steps: potrf_step's block of N columns, and its threadgroups' rows of the
+# panel (LANES rows of RPT each, in registers).
+STEP_BLOCK = 64
+STEP_LANES = 4
+STEP_ROWS_PER_THREAD = 8
+STEP_ROWS = STEP_LANES * STEP_ROWS_PER_THREAD
+
+POTRF_STEP = Kernel(
+    function="potrf_step",
+    source="cholesky.metal",
+    args=(
+        Buffer("w"), Buffer("blocks"), Buffer("info", "int"),
+        Scalar("n"), Scalar("k"), Scalar("step"), Scalar("count"), Scalar("parts"),
+    ),
+    instances=({"N": STEP_BLOCK},),
+    group_size=lambda N: N * STEP_LANES,
+    template=lambda N: (N, STEP_LANES, STEP_ROWS_PER_THREAD),
+    shared=lambda N: [Shared("triangle", "T", _packed_triangle(N)), Shared("solved", "T", 2 * STEP_ROWS)],
+)
+
+
 def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(L, info) of contiguous (*, n, n) a from its lower triangle, in a's shape: the kernel, or
-    LAPACK's right-looking spotrf on a copy of a in steps of ``leaf`` columns: the
-    diagonal block by the kernel, the panel L21 = A21 L11^-H by the triangular solve's
-    kernel, the trailing A22 - L21 L21^H as one product (on the whole square; its upper
-    part is dropped). A few launches a step: the recursion on halves (spotrf2) it
-    replaces made thousands at n = 1024, whose host time bounded it."""
+    LAPACK's right-looking spotrf on a copy W of a in steps of STEP_BLOCK columns, two
+    launches a step: potrf_step factors the diagonal block and solves the panel below
+    it, L21 = A21 L11^-H (its threadgroups each a part of the panel), and one product
+    takes the trailing update A22 - L21 L21^H (on the whole square; the upper part is
+    dropped). The diagonal blocks come back beside W, which every threadgroup of a step
+    reads, and are placed at the end."""
     n = a.shape[-1]
     if n <= leaf:
         return _factor_small(a, next(N for N in SIZES if n <= N))
     count = a.shape[:-2].numel()
+    N = STEP_BLOCK
     W = a.reshape(count, n, n).clone()
-    failures = []  # each step's kernel info: the order within its block
-    for k in range(0, n, leaf):
-        end = min(k + leaf, n)
-        L11, failed = _factor_small(W[:, k:end, k:end].contiguous(), next(N for N in SIZES if end - k <= N))
-        W[:, k:end, k:end] = L11
-        failures.append(failed)
+    steps = -(-n // N)
+    blocks = torch.empty(steps, count, N, N, dtype=a.dtype, device=a.device)
+    failures = torch.empty(steps, count, dtype=torch.int32, device=a.device)  # the order within each block
+    for step in range(steps):
+        k, end = step * N, min(n, (step + 1) * N)
+        parts = max(1, -(-(n - end) // STEP_ROWS))
+        launch(POTRF_STEP, count * parts, W, blocks, failures, n, k, step, count, parts, N=N)
         if end < n:
-            # L11 L21^H = A21^H: the triangular solve's kernel on the panel's columns (a
-            # product with L11's inverse rounds more: leading minors that the kernel
-            # passed came out not positive definite).
-            panel = torch.empty(count, end - k, n - end, dtype=a.dtype, device=a.device).copy_(W[:, end:, k:end].mH)
-            W[:, end:, k:end] = triangular._solve_left(L11, panel, False, False).mH
-            W[:, end:, end:].baddbmm_(W[:, end:, k:end], W[:, end:, k:end].mH, alpha=-1)
+            panel = W[:, end:, k:end]
+            W[:, end:, end:].baddbmm_(panel, panel.mH, alpha=-1)
+    full = n // N
+    if full:
+        W.as_strided((count, full, N, N), (n * n, N * (n + 1), n, 1)).copy_(blocks[:full].transpose(0, 1))
+    if n % N:
+        rest = n - full * N
+        W[:, full * N :, full * N :] = blocks[full, :, :rest, :rest]
     # info: the first failing step's order plus its offset (later steps fail too, on
     # the NaN or the indefinite block that a failure leaves).
-    failed = torch.stack(failures, -1)
+    failed = failures.T
     step = (failed > 0).to(torch.int32).argmax(-1, keepdim=True)
     first = failed.gather(-1, step)
-    return W.tril_().view(a.shape), torch.where(first > 0, first + step.to(torch.int32) * leaf, 0).view(a.shape[:-2])
+    return W.tril_().view(a.shape), torch.where(first > 0, first + step.to(torch.int32) * N, 0).view(a.shape[:-2])
 
 
 def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:

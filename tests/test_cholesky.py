@@ -272,14 +272,17 @@ def test_vmap_and_dual_numbers_match_torch(device):
 
 
 def test_kernel_choice(device, monkeypatch):
+    """n <= 64: cholesky_small of the smallest N that holds n; larger: a potrf_step per
+    64 columns (the product between them is torch's)."""
     launched = []
     real = family.launch
-    monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append((kernel.function, k["N"], a[1].shape[-1])), real(kernel, *a, **k)))
-    for n, expected in [(3, [4]), (5, [8]), (64, [64]), (65, [64, 4]), (200, [64, 64, 64, 8])]:
+    monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append((kernel.function, k["N"])), real(kernel, *a, **k)))
+    step = ("potrf_step", family.STEP_BLOCK)
+    for n, expected in [(3, [("cholesky_small", 4)]), (5, [("cholesky_small", 8)]), (64, [("cholesky_small", 64)]),
+                        (65, [step] * 2), (200, [step] * 4)]:
         launched.clear()
         LA.cholesky(positive_definite((2,), n, torch.float32).to(device))
-        assert [N for _, N, _ in launched] == expected, launched
-        assert sum(size for _, _, size in launched) == n
+        assert launched == expected, launched
 
 
 def test_compiles_without_graph_breaks(device, monkeypatch):
