@@ -80,6 +80,8 @@ class Result:
     host: float | None = None  # the host's time until the call returned (latency rows)
     kernels: int | None = None  # device kernels the call launched (latency rows: CUDA; the CPU's mpslinalg launches)
     ops: int | None = None  # torch ops outside those launches that run on the device (CPU latency rows)
+    products: float | None = None  # large rows: the share of LAPACK's flop count done in matrix products
+    ratio: float | None = None  # large rows: LAPACK's test ratio of the result (below testing.THRESHOLD)
 
     @property
     def bandwidth(self) -> float:
@@ -709,10 +711,11 @@ _LAUNCH = "mpslinalg launch"
 MATMULS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addmm_", "aten::baddbmm_", "aten::addbmm"}
 
 
-def device_work(device: torch.device, call) -> tuple[int, list[str]]:
-    """(kernels, device ops) of one call of ``call``: mpslinalg's launches, and the names
-    of the leaf aten ops outside them that run on the device (a composite op such as
-    clone counts through the copy_ it makes; a matrix product counts as itself)."""
+def _device_events(device: torch.device, call) -> tuple[int, list]:
+    """(kernels, events): mpslinalg's launches in one call of ``call``, and the profiler's
+    aten events outside them that run on the device (a composite op such as clone
+    counts through the copy_ it makes; a matrix product counts as itself, not the ops
+    the CPU's implementation runs under it)."""
     runtime = runtimes.for_device(device)
     launch = runtime.launch
     kernels = 0
@@ -723,7 +726,8 @@ def device_work(device: torch.device, call) -> tuple[int, list[str]]:
         with record_function(_LAUNCH):
             return launch(*args, **kwargs)
 
-    with mock.patch.object(runtime, "launch", counted), profile(activities=[ProfilerActivity.CPU]) as profiler:
+    with (mock.patch.object(runtime, "launch", counted),
+          profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler):
         call()
 
     def within(event, names) -> bool:  # event itself or an op it runs under is one of names
@@ -733,10 +737,29 @@ def device_work(device: torch.device, call) -> tuple[int, list[str]]:
             event = event.cpu_parent
         return False
 
-    ops = [e.name for e in profiler.events() if e.name.startswith("aten::") and not within(e, {_LAUNCH})
-           and not within(e.cpu_parent, MATMULS)
-           and (e.name in MATMULS or not e.cpu_children and e.name not in NO_DEVICE_WORK)]
-    return kernels, ops
+    return kernels, [e for e in profiler.events() if e.name.startswith("aten::") and not within(e, {_LAUNCH})
+                     and not within(e.cpu_parent, MATMULS)
+                     and (e.name in MATMULS or not e.cpu_children and e.name not in NO_DEVICE_WORK)]
+
+
+def device_work(device: torch.device, call) -> tuple[int, list[str]]:
+    """(kernels, names of the device ops) of one call of ``call`` (_device_events)."""
+    kernels, events = _device_events(device, call)
+    return kernels, [e.name for e in events]
+
+
+def product_flops(events: list, complex_: bool) -> float:
+    """Real flops of the matrix products among ``events`` (2 m k n each, a complex
+    product 4 real ones), from their operands' shapes: mm and bmm take (a, b[, out]),
+    the add forms (c, a, b, ...)."""
+    total = 0.0
+    for e in events:
+        if e.name in MATMULS:
+            shapes = e.input_shapes
+            a, b = shapes[1:3] if e.name.startswith(("aten::add", "aten::badd")) else shapes[:2]
+            batch = torch.Size(a[:-2]).numel()
+            total += 2 * batch * a[-2] * a[-1] * b[-1] * (4 if complex_ else 1)
+    return total
 
 
 def bench_latency(device: torch.device, batch: int) -> list[Result]:
@@ -834,6 +857,82 @@ def _stubbed_host_times(device: torch.device, calls: list[Callable], per_round: 
     return best
 
 
+LARGE_SIZES = (1024, 4096)
+LARGE_TALL = (65536, 64)  # a tall panel alone: qr and lu_factor_ex
+
+
+def _large_cases(device: torch.device):
+    """(function, case, ours, torch's, LAPACK's real flop count, the result's LAPACK ratio,
+    the share of the products' flops that LAPACK counts) of issue 35's single large
+    matrices."""
+    from . import testing
+
+    g = torch.Generator(device).manual_seed(0)
+    cases = []
+    shapes = [(n, n, dtype) for n in LARGE_SIZES for dtype in (torch.float32, torch.complex64)]
+    for m, n, dtype in shapes + [(*LARGE_TALL, torch.float32)]:
+        c = 4 if dtype.is_complex else 1  # real flops of a complex multiply-add, over a real one's
+        A = torch.randn(m, n, generator=g, device=device, dtype=dtype)
+        case = f"{m}x{n} {str(dtype).removeprefix('torch.')}"
+        k = min(m, n)
+        lu_flops = c * 2 * (m * n * k - (m + n) * k * k / 2 + k**3 / 3)
+        cases.append(("lu_factor_ex", case, lambda A=A: LA.lu_factor_ex(A), lambda A=A: torch.linalg.lu_factor_ex(A),
+                      lu_flops, lambda out, A=A: testing.lu_ratio(A, out[0], out[1]), 1.0))
+        qr_flops = c * 2 * (2 * m * n * n - 2 * n**3 / 3)  # geqrf, then orgqr's Q
+        cases.append(("qr", case, lambda A=A: LA.qr(A),
+                      lambda A=A: torch.linalg.qr(A), qr_flops, lambda out, A=A: max(testing.qr_ratios(A, *out)), 1.0))
+        if m != n:
+            continue
+        S = A @ A.mH / n + torch.eye(n, device=device, dtype=dtype)
+        T = torch.tril(A) + n**0.5 * torch.eye(n, device=device, dtype=dtype)
+        # The trailing products fill whole squares, of which L's lower half is LAPACK's count.
+        cases.append(("cholesky_ex", case, lambda S=S: LA.cholesky_ex(S), lambda S=S: torch.linalg.cholesky_ex(S),
+                      c * n**3 / 3, lambda out, S=S: testing.cholesky_ratio(S, out[0]), 0.5))
+        cases.append((
+            "solve_triangular", f"{case}, {n} rhs", lambda T=T, A=A: LA.solve_triangular(T, A, upper=False),
+            lambda T=T, A=A: torch.linalg.solve_triangular(T, A, upper=False), c * n**3,
+            lambda out, T=T, A=A: testing.solve_ratio(T, out, A, False, True, False), 1.0,
+        ))
+    return cases
+
+
+def bench_large(device: torch.device, batch: int) -> list[Result]:
+    """Issue 35's single large matrices, one eager call as in latency (host time
+    included; median of 5 after a call that compiles), beside torch.linalg's; with the
+    call's kernels (CUDA: the profiler's; the CPU: mpslinalg's launches + the torch ops
+    beside them that would run on a device), the share of LAPACK's flop count that ran
+    in matrix products, and LAPACK's test ratio of the result. On the CPU (OpenCL) the
+    times are the CPU's, not comparable with a device's; ``batch`` is unused."""
+    results = []
+    for function, case, ours, theirs, flops, ratio_of, useful in _large_cases(device):
+        if _only is not None and not _only.search(f"{function} {case}"):
+            continue
+        if _progress is not None:
+            _progress.case("large", f"{function} {case}")
+        for name, call in ((f"mpslinalg.{function}", ours), (f"torch.linalg.{function}", theirs)):
+            out = call()
+            samples = []
+            for _ in range(5 if device.type != "cpu" or call is ours else 1):
+                _synchronize(device)
+                begin = time.perf_counter()
+                call()
+                _synchronize(device)
+                samples.append(time.perf_counter() - begin)
+            row = Result("large", f"{function} {case}", name, statistics.median(samples), 0,
+                         kernels=_kernels_launched(device, call))
+            if call is ours:
+                kernels, events = _device_events(device, call)
+                if device.type == "cpu":
+                    row.kernels, row.ops = kernels, len(events)
+                complex_ = "complex" in case
+                row.products = useful * product_flops(events, complex_) / flops
+                row.ratio = float(ratio_of(out))
+            results.append(row)
+            if _progress is not None:
+                _progress.results.append(row)
+    return results
+
+
 def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:
     """matrix_exp on 10^4 small matrices and single large ones, against
     torch.linalg.matrix_exp. Entries N(0, (10 / n)^2): 1-norms near 8, two squarings in
@@ -860,7 +959,9 @@ def bench_matrix_exp(device: torch.device, batch: int) -> list[Result]:
 
 FAMILIES = {"inv": bench_inv, "triangular": bench_triangular, "lu": bench_lu, "qr": bench_qr, "svd": bench_svd,
             "cholesky": bench_cholesky, "eigh": bench_eigh, "eig": bench_eig, "latency": bench_latency,
-            "matrix_exp": bench_matrix_exp}
+            "matrix_exp": bench_matrix_exp, "large": bench_large}
+# Families a run without names measures: all but "large" (minutes on the CPU at n = 4096).
+DEFAULT_FAMILIES = [f for f in FAMILIES if f != "large"]
 
 
 def device_limits(device: torch.device) -> tuple[str, float | None, float | None]:
@@ -906,6 +1007,12 @@ def versions() -> str:
     return ", ".join(found)
 
 
+def _threshold() -> float:
+    from .testing import THRESHOLD
+
+    return THRESHOLD
+
+
 def markdown(results: list[Result], header: str, peak: float | None) -> str:
     """The header, then a table per family in the order they ran."""
     lines = [header]
@@ -922,6 +1029,24 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
                     speedup = f"{base.seconds / r.seconds:.2f}x" if base and not r.implementation.endswith(STUBBED) else ""
                     kernels = "" if r.kernels is None else str(r.kernels) + ("" if r.ops is None else f" + {r.ops}")
                     lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.4f} | {r.host * 1e3:.4f} | {kernels} |")
+            continue
+        if family == "large":
+            lines += ["", "## large", "", "One eager call of a single large matrix (host time included; a call's own "
+                      "kernels: CUDA's from the profiler; on the CPU mpslinalg's launches + the torch ops beside them that "
+                      "would run on a device). Products: the matrix products' flops over LAPACK's flop count "
+                      "(Cholesky's: half of its trailing products', which fill whole squares; QR's compact WY forms and "
+                      "applies T beside V, so that its products do more than LAPACK's count). Ratio: LAPACK's test "
+                      "ratio of the result (sget01, sqrt01/02, spot01, strt02 style; below "
+                      f"{_threshold():g} passes). On the CPU the times are OpenCL's on the CPU's cores.", "",
+                      "| case | implementation | vs torch | time (ms) | kernels | products | ratio |", "|---|---|---|---|---|---|---|"]
+            for r in results:
+                if r.family == family:
+                    base = _baseline(results, r)
+                    speedup = f"{base.seconds / r.seconds:.2f}x" if base and r is not base else ""
+                    kernels = "" if r.kernels is None else str(r.kernels) + ("" if r.ops is None else f" + {r.ops}")
+                    products = "" if r.products is None else f"{100 * r.products:.0f}%"
+                    ratio = "" if r.ratio is None else f"{r.ratio:.2g}"
+                    lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.2f} | {kernels} | {products} | {ratio} |")
             continue
         lines += ["", f"## {family}", "", "| case | implementation | vs torch.linalg | time (ms) | % of peak | GB/s |", "|---|---|---|---|---|---|"]
         for r in results:
@@ -1103,7 +1228,7 @@ def report(paths: list[str], page: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mpslinalg.bench", description=__doc__.splitlines()[0])
     # No choices= here: argparse checks an empty list against them, and fails the default.
-    parser.add_argument("families", nargs="*", help=f"of {', '.join(FAMILIES)} (default: all)")
+    parser.add_argument("families", nargs="*", help=f"of {', '.join(FAMILIES)} (default: all but large)")
     parser.add_argument("--batch", type=int, help="matrices per case (default 2^20 on a GPU, 2^14 on the CPU)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--markdown", help="also write the table here")
@@ -1133,7 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     global _progress, _only
     _only = re.compile(args.only) if args.only else None
-    families = args.families or list(FAMILIES)
+    families = args.families or DEFAULT_FAMILIES
     _progress = Progress(families)
     # A run stopped by a time limit (SIGTERM) keeps the rows it measured.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
