@@ -47,6 +47,15 @@ def test_cholesky_matches_lapack(device, n, upper, dtype):
     torch.testing.assert_close(LA.cholesky(A.to(device), upper=upper), L, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+def test_large_factor_ratio(device, dtype):
+    """potrf_step's blocked factorization over ten steps (the last 24 columns), condition
+    10^4: spot01's ratio and torch's factor."""
+    A = positive_definite((), 600, dtype, cond=1e4)
+    L, info = LA.cholesky_ex(A.to(device))
+    check_factor(A, L, info, False)
+
+
 @given(
     n=st.integers(0, 80), batch=st.sampled_from([(), (1,), (3,), (2, 2), (0,)]), complex_=st.booleans(),
     log_cond=st.floats(0, 5), log_scale=st.floats(-30, 35), upper=st.booleans(),

@@ -54,6 +54,16 @@ def test_solve_matches_scipy(device, n, k, dtype, upper, left, unit):
     np.testing.assert_allclose(exact(X[0]), ref, rtol=0, atol=2e3 * torch.finfo(A.real.dtype).eps * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
+@pytest.mark.parametrize("upper", [False, True])
+def test_large_solve_ratio(device, dtype, upper):
+    """The recursive blocked solve over ten diagonal blocks (the last short): uneven halves
+    and both orders of the recursion, within LAPACK's ratio."""
+    A, B = system((), (), 600, 17, dtype, upper, True, False, cond=1e3)
+    X = LA.solve_triangular(A.to(device), B.to(device), upper=upper)
+    assert solve_ratio(A, X, B, upper, True, False) < THRESHOLD
+
+
 @st.composite
 def systems(draw):
     upper, left, unit = draw(st.sampled_from(FLAGS))
