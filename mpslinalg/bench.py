@@ -55,6 +55,7 @@ BASELINES = (
     "torch.linalg.svd",
     "torch.linalg.cholesky",
     "torch.linalg.cholesky_ex",
+    "torch.cholesky_solve",
     "torch.linalg.eigh",
     "torch.linalg.eigvalsh",
     "torch.linalg.eig",
@@ -816,6 +817,7 @@ def bench_latency(device: torch.device, batch: int) -> list[Result]:
 
 LATENCY_BUDGET_S = 1.0  # timed seconds a latency row may take, beyond its minimum of 5 calls
 STUBBED = "(host, launches stubbed)"  # a CPU row's implementation ends so: not comparable with torch's
+ON_THE_CPU = "(OpenCL on the CPU)"  # a large row's, likewise: the CPU's time, not a device's
 
 
 def _stubbed_host_times(device: torch.device, calls: list[Callable], per_round: int = 50, rounds: int = 9) -> list[float]:
@@ -893,6 +895,20 @@ def _large_cases(device: torch.device):
             lambda T=T, A=A: torch.linalg.solve_triangular(T, A, upper=False), c * n**3,
             lambda out, T=T, A=A: testing.solve_ratio(T, out, A, False, True, False), 1.0,
         ))
+        # The solves from torch's factors (the same for both), n right-hand sides.
+        M = T @ T.mH / n
+        LU, pivots = torch.linalg.lu_factor(M)
+        cases.append((
+            "lu_solve", f"{case}, {n} rhs", lambda LU=LU, p=pivots, A=A: LA.lu_solve(LU, p, A),
+            lambda LU=LU, p=pivots, A=A: torch.linalg.lu_solve(LU, p, A), c * 2 * n**3,
+            lambda out, M=M, A=A: testing.general_solve_ratio(M, out, A), 1.0,
+        ))
+        L = torch.linalg.cholesky(S)
+        cases.append((
+            "cholesky_solve", f"{case}, {n} rhs", lambda L=L, A=A: LA.cholesky_solve(A, L),
+            lambda L=L, A=A: torch.cholesky_solve(A, L), c * 2 * n**3,
+            lambda out, S=S, A=A: testing.general_solve_ratio(S, out, A), 1.0,
+        ))
     return cases
 
 
@@ -904,12 +920,15 @@ def bench_large(device: torch.device, batch: int) -> list[Result]:
     in matrix products, and LAPACK's test ratio of the result. On the CPU (OpenCL) the
     times are the CPU's, not comparable with a device's; ``batch`` is unused."""
     results = []
+    cpu = device.type == "cpu"
+    family = "large on the CPU" if cpu else "large"  # a merged report keeps both
     for function, case, ours, theirs, flops, ratio_of, useful in _large_cases(device):
         if _only is not None and not _only.search(f"{function} {case}"):
             continue
         if _progress is not None:
-            _progress.case("large", f"{function} {case}")
-        for name, call in ((f"mpslinalg.{function}", ours), (f"torch.linalg.{function}", theirs)):
+            _progress.case(family, f"{function} {case}")
+        torch_name = f"torch.{function}" if function == "cholesky_solve" else f"torch.linalg.{function}"
+        for name, call in ((f"mpslinalg.{function}" + (f" {ON_THE_CPU}" if cpu else ""), ours), (torch_name, theirs)):
             out = call()
             samples = []
             for _ in range(5 if device.type != "cpu" or call is ours else 1):
@@ -918,11 +937,11 @@ def bench_large(device: torch.device, batch: int) -> list[Result]:
                 call()
                 _synchronize(device)
                 samples.append(time.perf_counter() - begin)
-            row = Result("large", f"{function} {case}", name, statistics.median(samples), 0,
+            row = Result(family, f"{function} {case}", name, statistics.median(samples), 0,
                          kernels=_kernels_launched(device, call))
             if call is ours:
                 kernels, events = _device_events(device, call)
-                if device.type == "cpu":
+                if cpu:
                     row.kernels, row.ops = kernels, len(events)
                 complex_ = "complex" in case
                 row.products = useful * product_flops(events, complex_) / flops
@@ -1030,8 +1049,8 @@ def markdown(results: list[Result], header: str, peak: float | None) -> str:
                     kernels = "" if r.kernels is None else str(r.kernels) + ("" if r.ops is None else f" + {r.ops}")
                     lines.append(f"| {r.case} | {r.implementation} | {speedup} | {r.seconds * 1e3:.4f} | {r.host * 1e3:.4f} | {kernels} |")
             continue
-        if family == "large":
-            lines += ["", "## large", "", "One eager call of a single large matrix (host time included; a call's own "
+        if family.startswith("large"):
+            lines += ["", f"## {family}", "", "One eager call of a single large matrix (host time included; a call's own "
                       "kernels: CUDA's from the profiler; on the CPU mpslinalg's launches + the torch ops beside them that "
                       "would run on a device). Products: the matrix products' flops over LAPACK's flop count "
                       "(Cholesky's: half of its trailing products', which fill whole squares; QR's compact WY forms and "
@@ -1092,7 +1111,7 @@ def comparisons(results: list[Result]) -> list[Comparison]:
     for r in results:
         # Rows of one route of a function ("mpslinalg.eigh by the SVD") serve crossovers, not users;
         # host times with stubbed launches compare with no torch row.
-        if (not r.implementation.startswith("mpslinalg.") or r.implementation.endswith((" (graph)", STUBBED))
+        if (not r.implementation.startswith("mpslinalg.") or r.implementation.endswith((" (graph)", STUBBED, ON_THE_CPU))
                 or " by the " in r.implementation):
             continue
         same = [o for o in results if (o.family, o.case) == (r.family, r.case)]
