@@ -243,10 +243,11 @@ def _solve_blocked(A: torch.Tensor, B: torch.Tensor, upper: bool, unit: bool) ->
             torch.bmm(inverses[lo].expand(batch, -1, -1), R[:, rows], out=X[:, rows])
             return
         mid = (lo + hi) // 2
-        first, second = (slice(edges[mid], edges[hi]), slice(edges[lo], edges[mid]))[:: 1 if upper else -1]
-        solve(*((mid, hi) if upper else (lo, mid)))
-        R[:, second].baddbmm_(A[:, second, first].expand(batch, -1, -1), X[:, first], alpha=-1)
-        solve(*((lo, mid) if upper else (mid, hi)))
+        (a, b), (c, d) = ((mid, hi), (lo, mid)) if upper else ((lo, mid), (mid, hi))  # solved first, then
+        solve(a, b)
+        solved, rest = slice(edges[a], edges[b]), slice(edges[c], edges[d])
+        R[:, rest].baddbmm_(A[:, rest, solved].expand(batch, -1, -1), X[:, solved], alpha=-1)
+        solve(c, d)
 
     solve(0, len(edges) - 1)
     return X
