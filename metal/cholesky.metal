@@ -83,118 +83,142 @@ METAL_FUNC void cholesky_small(const device T* a, device T* l, device int* info,
   }
 }
 
-// One step of LAPACK's blocked spotrf / cpotrf (uplo = 'L') on n x n matrices in
-// place, columns [k, k + nb) with nb = min(N, n - k): spotf2 on the diagonal block
-// A11 in threadgroup memory, then strsm (side 'R', trans 'C') on ROWS = LANES *
-// RPT rows of the panel below it, L21 = A21 L11^-H, by substitution (as LAPACK,
-// not by L11's inverse: the panel rounds as strsm's). The host's product takes the
-// trailing update. Every threadgroup of a matrix factors A11 (some microseconds at
-// N = 64, and no launch between the factor and its panel), so no threadgroup may
-// write A11 in W, which all of them read: the first writes L11 to blocks[step]
-// (strict upper triangle zero) and the block's info (cholesky_small's), and the
-// host places the blocks at the end.
-// Thread t owns column c = t % N of the block and, of its rows, those congruent
-// to t / N modulo LANES: in the factor, the rows of the triangle; in the panel,
-// RPT rows of the threadgroup's, in registers. Every thread runs every step, so
-// the barriers are uniform.
-//   w: count x n x n; blocks: steps x count x N x N; info: steps x count.
-template <typename T, int N, int LANES, int RPT>
-METAL_FUNC void potrf_step(device T* w, device T* blocks, device int* info, int n, int k, int step, int count,
-                           int parts, threadgroup T* triangle, threadgroup T* solved, thread_position pos) {
+// The diagonal block of one step of LAPACK's blocked spotrf / cpotrf (uplo = 'L',
+// cholesky_family._factor): spotf2 on A11, columns [k, k + nb) of w's n x n
+// matrices with nb = min(N, n - k), into l. One threadgroup per matrix.
+// Thread t owns row i = t / LANES of the block, columns c = t % LANES + LANES m,
+// in registers. spotf2 is right-looking, one barrier a column: step j publishes
+// column j (as updated by the steps before) to the packed triangle in threadgroup
+// memory, and every row takes its rank-1 update from it,
+// a_ic -= a_ij conj(a_cj) / a_jj, which writes only registers of columns > j;
+// the triangle, complete, is scaled into L11 at the end. A failing pivot (not
+// positive, or NaN) is cholesky_small's: info, and spotf2's leftovers.
+//   w: count x n x n (read); l: count x n x n, L11 written at (k, k) (its
+//   strict upper triangle is not written); info: steps x count, the block's
+//   order of failure at [step].
+template <typename T, int N, int LANES>
+METAL_FUNC void potf2_block(const device T* w, device T* l, device int* info, int n, int k, int step, int count,
+                            threadgroup T* triangle, thread_position pos) {
   typedef typename scalar_traits<T>::real R;
-  const int ROWS = LANES * RPT;
-  const long matrix = long(pos.group_index / uint(parts));
-  const int part = int(pos.group_index % uint(parts));
-  const int c = int(pos.thread_index) % N;
-  const int lane = int(pos.thread_index) / N;
+  const int COLUMNS = N / LANES;
+  const long matrix = long(pos.group_index);
+  const int i = int(pos.thread_index) / LANES;
+  const int lane = int(pos.thread_index) % LANES;
   const int nb = min(N, n - k);
   const T zero = scalar_traits<T>::from_real(R(0));
-  device T* W = w + matrix * n * n;
-  // Consecutive threads read consecutive elements of a row.
-  for (int i = lane; i < nb; i += LANES) {
-    if (c <= i) {
-      triangle[packed_row(i) + c] = load(W + long(k + i) * n + k + c);
+  const device T* A11 = w + matrix * n * n + long(k) * n + k;
+  T own[COLUMNS];
+  #pragma unroll
+  for (int m = 0; m < COLUMNS; ++m) {
+    const int c = lane + LANES * m;
+    own[m] = zero;
+    if (i < nb && c <= i) {
+      own[m] = load(A11 + long(i) * n + c);
     }
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
   int failed = 0;
   for (int j = 0; j < nb; ++j) {
+    if (lane == j % LANES && i >= j && i < nb) {
+      T x = zero;
+      #pragma unroll
+      for (int m = 0; m < COLUMNS; ++m) {
+        if (lane + LANES * m == j) {
+          x = own[m];
+        }
+      }
+      triangle[packed_row(i) + j] = x;
+    }
+    // Column j is complete; the next step writes column j + 1, which this one
+    // does not read.
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     const R d = real_part(triangle[packed_row(j) + j]);
     if (failed == 0 && !(d > R(0))) {
       failed = j + 1;
     }
-    const bool working = failed == 0;
-    if (working && c == j) {
-      const R scale = R(1) / sqrt(d);
-      for (int i = lane; i < nb; i += LANES) {
-        if (i > j) {
-          triangle[packed_row(i) + j] = scale * triangle[packed_row(i) + j];
+    if (failed == 0 && i > j && i < nb) {
+      const T x = (R(1) / d) * triangle[packed_row(i) + j];
+      #pragma unroll
+      for (int m = 0; m < COLUMNS; ++m) {
+        const int c = lane + LANES * m;
+        if (c > j && c <= i) {
+          own[m] = multiply_subtract(own[m], x, conj(triangle[packed_row(c) + j]));
         }
       }
     }
-    // Every thread has read a_jj and column j is L's.
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (working && c == j && lane == j % LANES) {
-      triangle[packed_row(j) + j] = scalar_traits<T>::from_real(sqrt(d));
-    }
-    if (working && c > j && c < nb) {
-      const T l = conj(triangle[packed_row(c) + j]);
-      for (int i = lane; i < nb; i += LANES) {
-        if (i >= c) {
-          triangle[packed_row(i) + c] = multiply_subtract(triangle[packed_row(i) + c], triangle[packed_row(i) + j], l);
-        }
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (part == 0) {
-    device T* L11 = blocks + (long(step) * count + matrix) * N * N;
-    for (int i = lane; i < N; i += LANES) {
-      T x = zero;
-      if (i < nb && c <= i) {
-        x = triangle[packed_row(i) + c];
-      }
-      store(L11 + i * N + c, x);
-    }
-    if (pos.thread_index == 0) {
-      info[long(step) * count + matrix] = failed;
-    }
-  }
-  const int first_row = k + nb + part * ROWS;
-  T own[RPT];
+  // L11 from the complete triangle: column c scaled by 1 / sqrt(a_cc), its
+  // diagonal sqrt(a_cc); from a failing pivot on, spotf2's leftovers.
   #pragma unroll
-  for (int m = 0; m < RPT; ++m) {
-    const int r = first_row + lane + LANES * m;
-    own[m] = zero;
-    if (r < n && c < nb) {
-      own[m] = load(W + long(r) * n + k + c);
+  for (int m = 0; m < COLUMNS; ++m) {
+    const int c = lane + LANES * m;
+    if (i < nb && c <= i && (failed == 0 || c < failed - 1)) {
+      const R root = sqrt(real_part(triangle[packed_row(c) + c]));
+      if (c == i) {
+        own[m] = scalar_traits<T>::from_real(root);
+      } else {
+        own[m] = (R(1) / root) * own[m];
+      }
     }
   }
-  for (int j = 0; j < nb; ++j) {
-    // Double-buffered: the next step's column may be written while this one is read.
-    threadgroup T* final_rows = solved + (j % 2) * ROWS;
-    if (c == j) {
-      const R scale = R(1) / real_part(triangle[packed_row(j) + j]);
-      #pragma unroll
-      for (int m = 0; m < RPT; ++m) {
-        own[m] = scale * own[m];
-        final_rows[lane + LANES * m] = own[m];
-      }
+  device T* L11 = l + matrix * n * n + long(k) * n + k;
+  #pragma unroll
+  for (int m = 0; m < COLUMNS; ++m) {
+    const int c = lane + LANES * m;
+    if (i < nb && c <= i) {
+      store(L11 + long(i) * n + c, own[m]);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (c > j && c < nb) {
-      const T l = conj(triangle[packed_row(c) + j]);
-      #pragma unroll
-      for (int m = 0; m < RPT; ++m) {
-        own[m] = multiply_subtract(own[m], final_rows[lane + LANES * m], l);
-      }
+  }
+  if (pos.thread_index == 0) {
+    info[long(step) * count + matrix] = failed;
+  }
+}
+
+// The panel of that step, LAPACK's strsm (side 'R', uplo 'L', trans 'C',
+// non-unit): L21 = A21 L11^-H on rows [k + N, n) of w's matrices, by
+// substitution as the reference strsm (column j of L21 is final once divided
+// by l_jj, then every later column takes its update), so that the panel rounds
+// as LAPACK's whatever L11's condition. A thread per row, its N entries in
+// registers, ROWS rows a threadgroup and parts threadgroups a matrix; L11 (from
+// l, written by potf2_block) is staged once per threadgroup in a packed
+// triangle, whose entries every thread reads at the same address.
+//   w: count x n x n (read), l: count x n x n, L21 written; k + N < n.
+template <typename T, int N, int ROWS>
+METAL_FUNC void trsm_panel(const device T* w, device T* l, int n, int k, int parts, threadgroup T* triangle,
+                           thread_position pos) {
+  typedef typename scalar_traits<T>::real R;
+  const long matrix = long(pos.group_index / uint(parts));
+  const int part = int(pos.group_index % uint(parts));
+  const int t = int(pos.thread_index);
+  const device T* L11 = l + matrix * n * n + long(k) * n + k;
+  for (int e = t; e < N * N; e += ROWS) {
+    const int i = e / N;
+    const int c = e % N;
+    if (c <= i) {
+      triangle[packed_row(i) + c] = load(L11 + long(i) * n + c);
     }
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const int r = k + N + part * ROWS + t;
+  if (r >= n) {
+    return;
+  }
+  const device T* a = w + matrix * n * n + long(r) * n + k;
+  T own[N];
+  #pragma unroll
+  for (int c = 0; c < N; ++c) {
+    own[c] = load(a + c);
   }
   #pragma unroll
-  for (int m = 0; m < RPT; ++m) {
-    const int r = first_row + lane + LANES * m;
-    if (r < n && c < nb) {
-      store(W + long(r) * n + k + c, own[m]);
+  for (int j = 0; j < N; ++j) {
+    own[j] = (R(1) / real_part(triangle[packed_row(j) + j])) * own[j];
+    #pragma unroll
+    for (int c = j + 1; c < N; ++c) {
+      own[c] = multiply_subtract(own[c], own[j], conj(triangle[packed_row(c) + j]));
     }
+  }
+  device T* out = l + matrix * n * n + long(r) * n + k;
+  #pragma unroll
+  for (int c = 0; c < N; ++c) {
+    store(out + c, own[c]);
   }
 }

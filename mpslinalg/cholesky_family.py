@@ -3,8 +3,9 @@
 Kernels (``metal/cholesky.metal``), LAPACK's spotf2 / cpotf2 and spotrf: ``cholesky_small``
 factors n <= N (N = 4 ... 64) in threadgroup memory, a team of N threads per matrix.
 Larger matrices are factored right-looking in steps of 64 columns, as LAPACK's spotrf
-(``_factor``): ``potrf_step`` factors the diagonal block and solves the panel below it
-across threadgroups, and one ``baddbmm`` takes the trailing update (where the work is).
+(``_factor``): ``potf2_block`` factors the diagonal block (spotf2, one threadgroup),
+``trsm_panel`` solves the panel below it (strsm, a thread per row), and one product takes
+the trailing update (where the work is).
 ``info`` is LAPACK's, computed on the device: the order of the first leading minor that
 is not positive definite (a pivot <= 0 or NaN).
 
@@ -67,63 +68,73 @@ def _factor_small(a: torch.Tensor, N: int) -> tuple[torch.Tensor, torch.Tensor]:
     return L, info
 
 
-# spotrf's steps: potrf_step's block of N columns, and its threadgroups' rows of the
-# panel (LANES rows of RPT each, in registers).
+# spotrf's steps: potf2_block's block of N columns and its rows' LANES threads;
+# trsm_panel's rows a threadgroup.
 STEP_BLOCK = 64
 STEP_LANES = 4
-STEP_ROWS_PER_THREAD = 8
-STEP_ROWS = STEP_LANES * STEP_ROWS_PER_THREAD
+PANEL_ROWS = 64
 
-POTRF_STEP = Kernel(
-    function="potrf_step",
+POTF2_BLOCK = Kernel(
+    function="potf2_block",
     source="cholesky.metal",
     args=(
-        Buffer("w"), Buffer("blocks"), Buffer("info", "int"),
-        Scalar("n"), Scalar("k"), Scalar("step"), Scalar("count"), Scalar("parts"),
+        Buffer("w", const=True), Buffer("l"), Buffer("info", "int"),
+        Scalar("n"), Scalar("k"), Scalar("step"), Scalar("count"),
     ),
     instances=({"N": STEP_BLOCK},),
     group_size=lambda N: N * STEP_LANES,
-    template=lambda N: (N, STEP_LANES, STEP_ROWS_PER_THREAD),
-    shared=lambda N: [Shared("triangle", "T", _packed_triangle(N)), Shared("solved", "T", 2 * STEP_ROWS)],
+    template=lambda N: (N, STEP_LANES),
+    shared=lambda N: [Shared("triangle", "T", _packed_triangle(N))],
+)
+
+TRSM_PANEL = Kernel(
+    function="trsm_panel",
+    source="cholesky.metal",
+    args=(Buffer("w", const=True), Buffer("l"), Scalar("n"), Scalar("k"), Scalar("parts")),
+    instances=({"N": STEP_BLOCK},),
+    group_size=lambda N: PANEL_ROWS,
+    template=lambda N: (N, PANEL_ROWS),
+    shared=lambda N: [Shared("triangle", "T", _packed_triangle(N))],
 )
 
 
 def _factor(a: torch.Tensor, leaf: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(L, info) of contiguous (*, n, n) a from its lower triangle, in a's shape: the kernel, or
-    LAPACK's right-looking spotrf on a copy W of a in steps of STEP_BLOCK columns, two
-    launches a step: potrf_step factors the diagonal block and solves the panel below
-    it, L21 = A21 L11^-H (its threadgroups each a part of the panel), and one product
-    takes the trailing update A22 - L21 L21^H (on the whole square; the upper part is
-    dropped). The diagonal blocks come back beside W, which every threadgroup of a step
-    reads, and are placed at the end."""
+    LAPACK's right-looking spotrf in steps of STEP_BLOCK columns, three launches a step:
+    potf2_block factors the diagonal block into L, trsm_panel solves the panel below it,
+    L21 = A21 L11^-H, into L (by substitution, across threadgroups), and one product takes
+    the trailing update of the working copy W, A22 - L21 L21^H (on the whole square; the
+    upper part is never read). W starts as the first update's output: the first step
+    reads a."""
     n = a.shape[-1]
     if n <= leaf:
         return _factor_small(a, next(N for N in SIZES if n <= N))
     count = a.shape[:-2].numel()
     N = STEP_BLOCK
-    W = a.reshape(count, n, n).clone()
+    source = a.reshape(count, n, n)
+    W = torch.empty_like(source)
+    L = torch.zeros_like(source)
     steps = -(-n // N)
-    blocks = torch.empty(steps, count, N, N, dtype=a.dtype, device=a.device)
     failures = torch.empty(steps, count, dtype=torch.int32, device=a.device)  # the order within each block
     for step in range(steps):
         k, end = step * N, min(n, (step + 1) * N)
-        parts = max(1, -(-(n - end) // STEP_ROWS))
-        launch(POTRF_STEP, count * parts, W, blocks, failures, n, k, step, count, parts, N=N)
+        launch(POTF2_BLOCK, count, source, L, failures, n, k, step, count, N=N)
         if end < n:
-            panel = W[:, end:, k:end]
-            W[:, end:, end:].baddbmm_(panel, panel.mH, alpha=-1)
-    full = n // N
-    if full:
-        W.as_strided((count, full, N, N), (n * n, N * (n + 1), n, 1)).copy_(blocks[:full].transpose(0, 1))
-    if n % N:
-        rest = n - full * N
-        W[:, full * N :, full * N :] = blocks[full, :, :rest, :rest]
+            parts = -(-(n - end) // PANEL_ROWS)
+            launch(TRSM_PANEL, count * parts, source, L, n, k, parts, N=N)
+            panel = L[:, end:, k:end]
+            trailing = W[:, end:, end:]
+            if step == 0:
+                torch.baddbmm(source[:, end:, end:], panel, panel.mH, alpha=-1, out=trailing)
+            else:
+                trailing.baddbmm_(panel, panel.mH, alpha=-1)
+            source = W
     # info: the first failing step's order plus its offset (later steps fail too, on
     # the NaN or the indefinite block that a failure leaves).
     failed = failures.T
     step = (failed > 0).to(torch.int32).argmax(-1, keepdim=True)
     first = failed.gather(-1, step)
-    return W.tril_().view(a.shape), torch.where(first > 0, first + step.to(torch.int32) * N, 0).view(a.shape[:-2])
+    return L.view(a.shape), torch.where(first > 0, first + step.to(torch.int32) * N, 0).view(a.shape[:-2])
 
 
 def raise_if_not_positive_definite(api: str, info: torch.Tensor, batched: bool) -> None:

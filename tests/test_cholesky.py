@@ -49,9 +49,9 @@ def test_cholesky_matches_lapack(device, n, upper, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=str)
 def test_large_factor_ratio(device, dtype):
-    """potrf_step's blocked factorization over ten steps (the last 24 columns), condition
-    10^4: spot01's ratio and torch's factor."""
-    A = positive_definite((), 600, dtype, cond=1e4)
+    """The blocked factorization over ten steps (the last 24 columns), condition 10^6:
+    spot01's ratio and torch's factor."""
+    A = positive_definite((), 600, dtype, cond=1e6)
     L, info = LA.cholesky_ex(A.to(device))
     check_factor(A, L, info, False)
 
@@ -281,14 +281,14 @@ def test_vmap_and_dual_numbers_match_torch(device):
 
 
 def test_kernel_choice(device, monkeypatch):
-    """n <= 64: cholesky_small of the smallest N that holds n; larger: a potrf_step per
-    64 columns (the product between them is torch's)."""
+    """n <= 64: cholesky_small of the smallest N that holds n; larger: a potf2_block per
+    64 columns and a trsm_panel below each but the last (the products are torch's)."""
     launched = []
     real = family.launch
     monkeypatch.setattr(family, "launch", lambda kernel, *a, **k: (launched.append((kernel.function, k["N"])), real(kernel, *a, **k)))
-    step = ("potrf_step", family.STEP_BLOCK)
+    factor, panel = ("potf2_block", family.STEP_BLOCK), ("trsm_panel", family.STEP_BLOCK)
     for n, expected in [(3, [("cholesky_small", 4)]), (5, [("cholesky_small", 8)]), (64, [("cholesky_small", 64)]),
-                        (65, [step] * 2), (200, [step] * 4)]:
+                        (65, [factor, panel, factor]), (200, [factor, panel] * 3 + [factor])]:
         launched.clear()
         LA.cholesky(positive_definite((2,), n, torch.float32).to(device))
         assert launched == expected, launched
