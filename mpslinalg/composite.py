@@ -15,7 +15,8 @@ runtime serves the tensors (and on torch.linalg where none does, as every family
 - ``tensorsolve`` and ``tensorinv``: ``solve`` and ``inv`` on the tensor reshaped
   to a matrix, as torch reshapes it.
 - ``matrix_sqrth``: V diag(sqrt(w)) V^H from ``eigh``; ``polar``: U = W Vh and
-  H = V diag(S) Vh from ``svd``. Their gradients are the polar decomposition's and
+  H = V diag(S) Vh from ``svd`` (from ``svd_family.POLAR_FROM`` columns U by
+  QDWH and H = U^H A, ``qdwh``). Their gradients are the polar decomposition's and
   the square root's own (Sylvester equations solved in the eigenbasis the forward
   pass found), defined where eigenvalues or singular values repeat, where those of
   eigh and svd are not.
@@ -40,7 +41,7 @@ import math
 import torch
 from torch.utils._pytree import tree_map_only
 
-from . import _checks, _dispatch, _sharding
+from . import _checks, _dispatch, _sharding, qdwh, svd_family
 from .eigh_family import eigh
 from .inverse import inv, inv_ex
 from .lu_family import solve
@@ -231,9 +232,40 @@ def matrix_sqrth(input: torch.Tensor) -> torch.Tensor:
 # --- polar ---
 
 
+def _polar_by_qdwh(A: torch.Tensor):
+    """(U, H, placeholders for S and V) by QDWH (``qdwh.polar_factor``) for finite A of at
+    least svd_family.POLAR_FROM columns and full column rank (U^H U = I to 10 n eps; one
+    host synchronisation), else None (the SVD's route then: the SVD completes U's
+    columns where A's rank falls short). H's eigenbasis is left for the derivatives."""
+    *batch, m, n = A.shape
+    count = A.shape[:-2].numel()
+    if n < svd_family.POLAR_FROM or count == 0:
+        return None
+    flat = _checks.resolved(A).reshape(count, m, n)
+    U = qdwh.polar_factor(flat)
+    identity = torch.eye(n, dtype=A.dtype, device=A.device)
+    departure = torch.linalg.matrix_norm(U.mH @ U - identity).amax()
+    if not float(departure) <= 10 * n * torch.finfo(_checks.real_dtype(A.dtype)).eps:  # NaN: the SVD's route
+        return None
+    H = qdwh.hermitian_part(U.mH @ flat)
+    real = _checks.real_dtype(A.dtype)
+    return (U.reshape(A.shape), H.reshape(*batch, n, n), A.new_empty((*batch, 0), dtype=real),
+            A.new_empty((*batch, n, 0)))
+
+
+def _eigenbasis(A, U, H, S, V):
+    """The saved tensors with H's eigenbasis (S, V), from eigh where QDWH's forward left
+    placeholders."""
+    if S.shape[-1] == 0 and H.shape[-1] > 0:
+        S, V = eigh(H)
+    return A, U, H, S, V
+
+
 class _Polar(torch.autograd.Function):
     """A = U H from the thin SVD A = W diag(S) Vh (svd's on the kernels, else torch's):
-    U = W Vh, H = V diag(S) Vh, so H's eigendecomposition is (S, V). Gradients: with
+    U = W Vh, H = V diag(S) Vh, so H's eigendecomposition is (S, V); from
+    svd_family.POLAR_FROM columns U by QDWH, H = U^H A, and (S, V) by eigh when a
+    derivative needs them. Gradients: with
     E = G_H - U^H G_U H^-1, G_A = G_U H^-1 + A S_H^-1(E + E^H) (from H^2 = A^H A and
     dU = (dA - U dH) H^-1), H^-1 itself S_H^-1(2 I): all through _Sylvester on the saved
     A, U and H, so that higher derivatives are right too. Returns (U, H, S, V), S and V
@@ -243,6 +275,8 @@ class _Polar(torch.autograd.Function):
 
     @staticmethod
     def forward(A, kernels):
+        if kernels and (found := _polar_by_qdwh(A)) is not None:
+            return found
         W, S, Vh = (svd if kernels else TORCH.svd)(A, full_matrices=False)
         V = Vh.mH
         return W @ Vh, (V * S.unsqueeze(-2).to(V.dtype)) @ Vh, S, V
@@ -257,7 +291,7 @@ class _Polar(torch.autograd.Function):
     @staticmethod
     @_sharding.mixable  # a DTensor's plain helpers replicated, as the public functions'
     def backward(ctx, gU, gH, _S, _V):
-        A, U, H, S, V = ctx.saved_tensors
+        A, U, H, S, V = _eigenbasis(*ctx.saved_tensors)
         identity = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device).expand_as(H)
         H_inverse = _sylvester(H, 2 * identity, S, V)
         M = gU @ H_inverse
@@ -270,7 +304,7 @@ class _PolarWithJvp(_Polar):
 
     @staticmethod
     def jvp(ctx, dA, _kernels):
-        A, U, H, S, V = ctx.saved_tensors
+        A, U, H, S, V = _eigenbasis(*ctx.saved_tensors)
         dH = _solve_sylvester(S, V, dA.mH @ A + A.mH @ dA)
         H_inverse = (V / S.unsqueeze(-2).to(V.dtype)) @ V.mH
         return (dA - U @ dH) @ H_inverse, dH, None, None

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks, _dispatch, _sharding, cholesky_family, svd_family
+from . import _checks, _dispatch, _sharding, cholesky_family, qdwh, svd_family
 from ._kernel import Buffer, Kernel, Scalar, Shared
 from .runtimes import batches, groups_for, launch
 
@@ -263,6 +263,38 @@ def _by_blocks(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     return w, _nan_where_nonfinite(w, 1.5 * V - 0.5 * (V @ (V.mH @ V)))
 
 
+# n from which _by_division runs (below: _by_blocks). Not yet measured on a GPU: Jacobi's
+# relative accuracy is kept where its cost, about n^3 sweeps of one-threadgroup kernels
+# past a few hundred columns, has not been seen to lose.
+DIVISION_FROM = 256
+
+
+def _leaf(H: torch.Tensor, vectors: bool):
+    """The Jacobi kernels' answer for the blocks they take (n <= 64, 32 complex), else None."""
+    return _by_jacobi(H, False, vectors) if H.shape[-1] <= TINY_SIZES[-1] or _pair_size(H.shape[-1], H.dtype) else None
+
+
+def _whole(H: torch.Tensor, vectors: bool):
+    """Any Hermitian block (both triangles held) by the Jacobi routes."""
+    found = _leaf(H, vectors)
+    if found is None:
+        found = (_by_blocks if H.shape[-1] >= BLOCKS_FROM[H.is_complex()] else _by_svd)(H, False, vectors)
+    return found
+
+
+def _by_division(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(w, V) of (count, n, n) A by QDWH's spectral divide and conquer (``qdwh``), H
+    scaled by a power of two; non-finite input gives NaN (one host synchronisation)."""
+    H, e = _scaled_hermitian(A, upper)
+    if not bool(torch.isfinite(H).all()):
+        w = torch.full(H.shape[:-1], torch.nan, dtype=_checks.real_dtype(H.dtype), device=H.device)
+        return w, torch.full_like(H, torch.nan) if vectors else None
+    found = [qdwh.eigh_by_division(h, _leaf, _whole, vectors) for h in H]
+    up = svd_family._power_of_two(e, _checks.real_dtype(H.dtype))
+    w = torch.stack([w for w, _ in found]) * (up[0] * up[1])[:, None]
+    return w, torch.stack([V for _, V in found]) if vectors else None
+
+
 def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A's eigenvalues (*, n) and, if ``vectors``, its eigenvectors (*, n, n)."""
     n = A.shape[-1]
@@ -275,7 +307,8 @@ def _spectrum(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tensor
         if found is not None:
             return found[0], found[1] if vectors else None
     flat = A.reshape(count, n, n)
-    w, V = (_by_blocks if n >= BLOCKS_FROM[A.is_complex()] else _by_svd)(flat, upper, vectors)
+    route = _by_division if n >= DIVISION_FROM else _by_blocks if n >= BLOCKS_FROM[A.is_complex()] else _by_svd
+    w, V = route(flat, upper, vectors)
     return w.reshape(A.shape[:-1]), _checks.resolved(V).reshape(A.shape) if vectors else None
 
 
