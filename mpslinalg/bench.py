@@ -430,14 +430,14 @@ def _qr_cases(A: torch.Tensor, jax_qr) -> list:
 
 def bench_svd(device: torch.device, batch: int) -> list[Result]:
     """svd (reduced) on 2^20 3x3 matrices (geometry), 10^4 small ones, 10^3 tall 256x64 and
-    one 1024x1024, against torch.linalg.svd (its default driver, and gesvd on CUDA where a
+    single 1024x1024, 8192x1024 and 4096x4096 ones (and polar beside them), against torch.linalg.svd (its default driver, and gesvd on CUDA where a
     call takes under seconds) and, where importable, JAX. Each call of the slow peers
     takes seconds: one warm-up call, one timed, no graph rows."""
     results = []
     small = device.type == "cpu"
     cases = [(2**20 if not small else 4096, 3, 3), (10_000, 8, 8), (10_000, 32, 32), (10_000, 64, 64), (1000, 256, 64)]
     if not small:
-        cases.append((1, 1024, 1024))
+        cases += [(1, 1024, 1024), (1, 8192, 1024), (1, 4096, 4096)]
     jax_svd = _jax(torch.randn(4, 8, 8, device=device), "svd") if device.type == "cuda" else None
     for dtype in (torch.float32, torch.complex64):
         kind = str(dtype).removeprefix("torch.")
@@ -456,6 +456,8 @@ def bench_svd(device: torch.device, batch: int) -> list[Result]:
                 rows.append(("torch.linalg.svd driver=gesvd", lambda: torch.linalg.svd(A, full_matrices=False, driver="gesvd"), nbytes))
             if jax_svd is not None:
                 rows.append(("jax.numpy.linalg.svd", lambda: jax_svd(A), nbytes))
+            if count == 1:  # the polar decomposition by QDWH alone, beside the SVD built on it
+                rows.append(("mpslinalg.polar", lambda: LA.polar(A), nbytes))
             shape = f"{count} x {m}x{n}" if count > 1 else f"{m}x{n}"
             results += measure("svd", f"{shape} {kind}", rows, device, graph=False, loop=1, repeats=1, warmup=1)
     return results
@@ -865,8 +867,8 @@ LARGE_TALL = (65536, 64)  # a tall panel alone: qr and lu_factor_ex
 
 def _large_cases(device: torch.device):
     """(function, case, ours, torch's, LAPACK's real flop count, the result's LAPACK ratio,
-    the share of the products' flops that LAPACK counts) of issue 35's single large
-    matrices."""
+    the share of the products' flops that LAPACK counts) of issues 35 and 36's single
+    large matrices."""
     from . import testing
 
     g = torch.Generator(device).manual_seed(0)
@@ -909,6 +911,19 @@ def _large_cases(device: torch.device):
             lambda L=L, A=A: torch.cholesky_solve(A, L), c * 2 * n**3,
             lambda out, S=S, A=A: testing.general_solve_ratio(S, out, A), 1.0,
         ))
+        if n > 1024 and device.type == "cpu":
+            continue  # issue 36's QDWH routes at 4096: minutes a call on two cores
+        # LAPACK's counts with vectors: ssyevd's 4/3 n^3 reduction + 8/3 n^3 of sormtr and
+        # the divide and conquer's products, about 9 n^3; sgesdd's about 22 n^3; the
+        # polar decomposition's from the SVD, 22 n^3 + 2 n^3.
+        H = A + A.mH
+        cases.append(("eigh", case, lambda H=H: LA.eigh(H), lambda H=H: torch.linalg.eigh(H), c * 9 * n**3,
+                      lambda out, H=H: max(testing.eigh_ratios(H, *out)), 1.0))
+        cases.append(("svd", case, lambda A=A: LA.svd(A), lambda A=A: torch.linalg.svd(A), c * 22 * n**3,
+                      lambda out, A=A: max(testing.svd_ratios(A, *out)), 1.0))
+        if hasattr(torch.linalg, "polar"):
+            cases.append(("polar", case, lambda A=A: LA.polar(A), lambda A=A: torch.linalg.polar(A), c * 24 * n**3,
+                          lambda out, A=A: max(testing.polar_ratios(A, *out)), 1.0))
     return cases
 
 

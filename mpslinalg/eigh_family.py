@@ -18,6 +18,10 @@ n >= BLOCKS_FROM (129, 33 complex): two-sided block Jacobi (``_by_blocks``), its
 work in matrix products and in eigh_pairs on pairs of blocks; eigenvalues to
 n eps ||H||, as LAPACK's.
 
+n >= DIVISION_FROM (256): QDWH's spectral divide and conquer (``qdwh``), splits
+in QR, Cholesky and matrix products down to blocks eigh_pairs takes; eigenvalues
+to n eps ||H|| (backward stable), a host synchronisation or two a split.
+
 Between (65..128, real only): H is scaled by a power of two (exact: inputs
 near the ends of the float range neither overflow nor underflow) and then
 decomposed by the SVD family's one-sided Jacobi (``metal/svd.metal``, LAPACK's

@@ -11,6 +11,12 @@ which keeps the relative accuracy of small singular values:
 - ``svd_jacobi``: larger n, a threadgroup per matrix, the n / 2 pairs of each
   round of the round-robin ordering on its SIMD groups, columns in device memory.
 
+From POLAR_FROM (256) columns, QDWH's polar decomposition A = U_p H and H's
+eigendecomposition by the spectral divide and conquer (``qdwh``) instead, in QR,
+Cholesky and matrix products: backward stable (singular values to k eps S_max),
+without Jacobi's relative accuracy for the small singular values of graded
+matrices, which svd_jacobi keeps below the crossover.
+
 All take square matrices. As sgejsv, a tall matrix is first factored by QR
 (mpslinalg's) and its R decomposed, U = Q U_R, and the complete Q gives
 ``full_matrices``' extra columns; a wide matrix is decomposed as its conjugate

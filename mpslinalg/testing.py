@@ -215,6 +215,22 @@ def svd_ratios(A: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tens
     return tuple(float(np.max(r, initial=0)) for r in (residual, uu, vv, values))
 
 
+def polar_ratios(A: torch.Tensor, U: torch.Tensor, H: torch.Tensor) -> tuple[float, float, float]:
+    """The polar decomposition's ratios, the largest over the batch: ||A - U H||_1 /
+    (n ||A||_1 eps), ||I - U^H U||_1 / (m eps), and H's departure from Hermitian,
+    ||H - H^H||_1 / (n ||H||_1 eps)."""
+    a, u, h = exact(A), exact(U), exact(H)
+    m, n = a.shape[-2:]
+    if a.size == 0:
+        return 0.0, 0.0, 0.0
+    e = eps(A.dtype)
+    tiny = np.finfo(float).tiny
+    residual = norm1(a - u @ h) / (n * np.maximum(norm1(a), tiny) * e)
+    orthogonality = norm1(np.eye(n) - np.conj(np.swapaxes(u, -1, -2)) @ u) / (m * e)
+    hermitian = norm1(h - np.conj(np.swapaxes(h, -1, -2))) / (n * np.maximum(norm1(h), tiny) * e)
+    return tuple(float(np.max(r, initial=0)) for r in (residual, orthogonality, hermitian))
+
+
 def hermitian_batch(shape: tuple, n: int, dtype: torch.dtype, rng, eigenvalues: np.ndarray | None = None,
                     cond: float = 10.0, scale: float = 1.0, definite: bool = True) -> torch.Tensor:
     """Hermitian matrices Q diag(d) Q^H, Q Haar-distributed: d = ``eigenvalues`` (one set,
