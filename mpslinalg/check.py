@@ -368,12 +368,16 @@ def rows(device: torch.device, dtypes: tuple[torch.dtype, ...], quick: bool = Fa
     terminal ``progress`` shows which family runs (the first call of each compiles)."""
     rng = np.random.default_rng(2024)
     chosen = [(f, family) for f, family in ROW_FAMILIES if any(pattern in function for function in f)]
+    start = time.perf_counter()
+    total = len(dtypes) * len(chosen)
     for d, dtype in enumerate(dtypes):
         for i, (functions, family) in enumerate(chosen):
             if progress is not None:
                 done = d * len(chosen) + i
-                bar = "#" * (20 * done // (len(dtypes) * len(chosen)))
-                print(f"\r[{bar:<20}] {', '.join(functions)} {str(dtype).removeprefix('torch.')}", end="", file=progress, flush=True)
+                bar = "#" * (20 * done // total)
+                elapsed = int(time.perf_counter() - start)
+                print(f"\r[{bar:<20}] family {done + 1} of {total}, {elapsed // 60} min {elapsed % 60:02d} s: "
+                      f"{', '.join(functions)} {str(dtype).removeprefix('torch.')}", end="", file=progress, flush=True)
             for row in family(device, dtype, rng, quick):
                 if pattern in row.function:
                     if progress is not None:
@@ -399,8 +403,18 @@ def main(quick: bool = False, pattern: str = "") -> int:
                 f"{row.function:<17} {row.dtype:<11} {row.shape:<34} {row.via:<13} {row.ratio:>10.3g} {row.threshold:>9.3g} "
                 f"{verdict:>6} {row.seconds * 1e3:>9.3f}", flush=True,
             )
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed: {_verified(name, device)}")
     return 1 if failed or not passed else 0
+
+
+def _verified(name: str, device: torch.device) -> str:
+    """What the rows verified, in words, for the last line."""
+    if name.startswith("torch.linalg"):
+        return "no kernel runtime is usable here; the rows ran torch.linalg (python -m mpslinalg info says why)"
+    if device.type == "cpu":
+        return (f"mpslinalg's kernels on the {name} runtime (the tests' runtime on a CPU); CPU tensors in "
+                "your code go to torch.linalg unless MPSLINALG_BACKEND=opencl")
+    return f"mpslinalg's kernels on the {name} runtime, on {device} tensors"
 
 
 # --- check --kernels: every instance compiled and run ---

@@ -41,7 +41,7 @@ class CudaRuntime(Runtime):
         try:
             _cupy()
         except Exception as error:  # ImportError, or a CuPy built for another CUDA
-            return Status(False, f"CuPy missing ({error.__class__.__name__}: {error}); pip install mpslinalg[cuda]")
+            return Status(False, f"CuPy missing ({error.__class__.__name__}: {error}); pip install {_cupy_package()}")
         return Status(True)
 
     shared_qualifier = "__shared__"
@@ -85,6 +85,13 @@ class CudaRuntime(Runtime):
         else:
             with cupy.cuda.Device(index):
                 function((groups,), (instance.group_size,), kernel_args, stream=stream)
+
+
+def _cupy_package() -> str:
+    """The CuPy wheel for the CUDA major version torch was built with (the [cuda] and
+    [cuda12] extras of a clone install the same)."""
+    major = (torch.version.cuda or "13").split(".")[0]
+    return f"cupy-cuda{major}x"
 
 
 def _ptx(source: str, name: str, capability: tuple[int, int]) -> bytes:

@@ -54,6 +54,11 @@ def _point_loader_at_intel_runtime() -> None:
     os.environ["OCL_ICD_VENDORS"] = str(folder)
 
 
+# What installs the runtime, however mpslinalg itself was installed (the [test] extra of a
+# clone installs the same packages).
+INSTALL = "pip install pyopencl intel-opencl-rt intel-cmplr-lib-rt (Linux x86-64)"
+
+
 class OpenCLRuntime(Runtime):
     name = "opencl"
     device_type = "cpu"
@@ -68,7 +73,7 @@ class OpenCLRuntime(Runtime):
         try:
             import pyopencl as cl
         except ImportError:
-            return Status(False, "pyopencl missing; pip install mpslinalg[test]")
+            return Status(False, f"pyopencl missing; {INSTALL}")
         _point_loader_at_intel_runtime()
         try:
             devices = [d for p in cl.get_platforms() for d in p.get_devices(cl.device_type.CPU)]
