@@ -66,6 +66,8 @@ def test_site_builds_strictly(tmp_path):
     for name in ("performance", "support", "migration", "troubleshooting", "notebooks/geometry", "notebooks/pseudoinverse"):
         assert (tmp_path / "site" / name / "index.html").exists(), name
     assert (tmp_path / "site" / "performance" / "svd.svg").exists()  # the plots come with the page
+    notebook = (tmp_path / "site" / "notebooks" / "pseudoinverse" / "index.html").read_text()
+    assert re.search(r'<script src="https://[^"]*mathjax[^"]*">', notebook), "the notebooks' math renders"
 
 
 def test_every_public_function_has_a_running_example():
