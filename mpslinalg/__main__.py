@@ -46,6 +46,9 @@ def kernel_table() -> str:
         if name == "solve_tril":  # computes in float32 whatever it is given
             cells = ["float32" for _ in cells]
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    counts = {runtime: len(RUNTIMES[runtime].instances()) for runtime in names}
+    lines += ["", "Kernel instances (template instantiations, each compiled on first use; `check --kernels` "
+              "compiles and runs every one): " + ", ".join(f"{count} on {names[r].split(' (')[0]}" for r, count in counts.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
