@@ -1145,32 +1145,83 @@ def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.2g}x" if x < 10 else f"{x:.0f}x"
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds in plain notation: three significant digits, no exponent."""
+    ms = seconds * 1e3
+    if ms >= 100:
+        return f"{ms:,.0f}"
+    return f"{float(f'{ms:.3g}'):g}" if ms >= 1e-3 else f"{ms:.6f}".rstrip("0")
+
+
+def _run_rows(runs: dict[str, list[str]] | None, setting: str, shown: set) -> list[tuple[str, str, str, str]]:
+    """(families, device, date, software) of each run whose families the page shows."""
+    rows = []
+    for where, families in (runs or {setting: sorted(shown)}).items():
+        families = [f for f in families if f in shown]
+        if not families:
+            continue
+        device, _, rest = where.partition(" via ")
+        parts = [p.strip() for p in rest.split(";")]
+        date = next((p for p in parts if re.fullmatch(r"\d{4}-\d{2}-\d{2}", p)), "")
+        software = "; ".join(p for p in parts if p and p != date and not p.startswith(("vendor bandwidth", "measured copy")))
+        rows.append((", ".join(families), device, date, software))
+    return rows
+
+
+# What a family's table needs said beside it.
+FAMILY_NOTES = {
+    "qr": "torch.linalg.qr of a batch on CUDA loops over the batch's matrices (a cuSOLVER call each), hence the "
+          "ratios in the thousands for 10^4 small matrices.",
+}
+
+
 def performance_page(results: list[Result], header: str, peak: float | None, figures: str,
                      runs: dict[str, list[str]] | None = None) -> str:
-    """The users' performance page: the measured setting, the cases where torch.linalg is
-    faster, and per family a plot and a table with the ratios first. ``runs`` (a merged
-    report's settings and their families) names the settings of the families shown."""
+    """The users' performance page: a summary per family and the plots first, then the
+    runs (device, date, software), how to read the tables, the cases where torch.linalg
+    is faster, and per family a table with the ratios first. ``runs`` (a merged report's
+    settings and their families) names each family's device."""
     setting = header.split("\n\n")[1].split(". Time per call")[0]
     found = comparisons(results)
-    shown = {c.family for c in found}
-    settings = [f"{', '.join(f for f in families if f in shown)} on {where}"
-                for where, families in (runs or {}).items() if shown.intersection(families)]
+    families = list(dict.fromkeys(c.family for c in found))
+    shown = set(families)
+    run_rows = _run_rows(runs, setting, shown)
+    device_of = {f: device for fs, device, _, _ in run_rows for f in fs.split(", ")}
+    eager = [c for c in found if c.eager_ratio is not None]
+    faster = sum(c.eager_ratio >= 1 for c in eager)
     lines = [
         "# Performance", "",
-        # A merged report's runs name each setting's families; else the one setting.
-        f"Measured with `python -m mpslinalg.bench`: {'; '.join(settings)}." if len(settings) > 1
-        else f"Measured with `python -m mpslinalg.bench` on {settings[0].split(' on ', 1)[1] if settings else setting}.", "",
-        "How to read the tables: **x torch** is torch.linalg's time divided by mpslinalg's for the same call "
+        f"mpslinalg against torch.linalg on the same GPU in the same process, one eager call each: faster in "
+        f"{faster} of {len(eager)} measured cases"
+        + (f" (median {_ratio(statistics.median(c.eager_ratio for c in eager))} torch)." if eager else ".")
+        + " These are the Metal kernels' sources compiled for CUDA: no Apple GPU has been measured yet.", "",
+        "| family | measured on | cases | faster than torch | median x torch | best |", "|---|---|---|---|---|---|",
+    ]
+    for family in families:
+        rows = [c for c in eager if c.family == family]
+        if not rows:
+            continue
+        best = max(rows, key=lambda c: c.eager_ratio)
+        lines.append(f"| [{family}](#{family}) | {device_of.get(family, '')} | {len(rows)} | "
+                     f"{sum(c.eager_ratio >= 1 for c in rows)} | {_ratio(statistics.median(c.eager_ratio for c in rows))} | "
+                     f"{_ratio(best.eager_ratio)} ({best.case}) |")
+    missing = [f for f in FAMILIES if f != "latency" and f not in shown]
+    if missing:
+        lines += ["", f"Not measured on a GPU yet: {', '.join(missing)}."]
+    lines += ["", "## Plots", ""]
+    lines += [f"![{family}: mpslinalg against torch.linalg]({figures}/{family}.svg)" for family in families
+              if any(c.family == family for c in eager)]
+    lines += ["", "## Runs", "", "| families | device | date | software |", "|---|---|---|---|"]
+    lines += [f"| {fs} | {device} | {date} | {software} |" for fs, device, date, software in run_rows]
+    lines += [
+        "", "## How to read the tables", "",
+        "**x torch** is torch.linalg's time divided by mpslinalg's for the same call "
         "on the same device in the same process, so above 1x mpslinalg is faster. *Eager* is one call as a "
         "training step makes it, host work included (the median of back-to-back calls); *GPU time* replays "
-        "the calls from a CUDA graph, which leaves the device's work alone. **% of HBM** is the effective "
-        "bandwidth (each input byte read and each output byte written once) as a fraction of the device's.",
-        "", "These are the Metal kernels' sources compiled for CUDA: no Apple GPU has been measured yet.", "",
-    ]
-    missing = [f for f in FAMILIES if f != "latency" and f not in {c.family for c in found}]
-    if missing:
-        lines += [f"Not measured on a GPU yet: {', '.join(missing)}.", ""]
-    lines += [
+        "the calls from a CUDA graph, which leaves the device's work alone (blank: not captured, for calls "
+        "that synchronise or take seconds). **% of HBM** is the effective "
+        "bandwidth (each input byte read and each output byte written once) as a fraction of the device's. "
+        "Times in milliseconds.", "",
         "## When not to use mpslinalg (yet)", "",
         "The measured cases where one eager call of torch.linalg is faster (small batched LU calls lose to "
         "host work around the kernels; single large matrices to cuSOLVER's blocked algorithms):", "",
@@ -1179,21 +1230,23 @@ def performance_page(results: list[Result], header: str, peak: float | None, fig
     losing = [c for c in found if c.eager_ratio is not None and c.eager_ratio < 1]
     for c in losing:
         lines.append(f"| `{c.name}` | {c.case} | {_ratio(c.eager_ratio)} | "
-                     f"{c.eager.seconds * 1e3:.3g} | {c.torch_eager.seconds * 1e3:.3g} |")
+                     f"{_ms(c.eager.seconds)} | {_ms(c.torch_eager.seconds)} |")
     if not losing:
         lines.append("| none | | | | |")
-    for family in dict.fromkeys(c.family for c in found):
-        lines += ["", f"## {family}", "", f"![{family}: mpslinalg against torch.linalg]({figures}/{family}.svg)", "",
-                  "| case | function | x torch, eager | x torch, GPU time | ms, eager | % of HBM | fastest other |",
+    for family in families:
+        lines += ["", f"## {family}", ""]
+        if family in device_of:
+            lines += [f"On {device_of[family]}." + (f" {FAMILY_NOTES[family]}" if family in FAMILY_NOTES else ""), ""]
+        lines += ["| case | function | x torch, eager | x torch, GPU time | ms, eager | % of HBM | fastest other |",
                   "|---|---|---|---|---|---|---|"]
         for c in found:
             if c.family != family:
                 continue
             best = min((x for x in (c.eager, c.graph) if x), key=lambda x: x.seconds)
             hbm = f"{100 * best.bandwidth / peak:.0f}%" if peak else ""
-            peer = f"{c.peer.implementation} {c.peer.seconds * 1e3:.3g} ms" if c.peer else ""
+            peer = f"{c.peer.implementation} {_ms(c.peer.seconds)} ms" if c.peer else ""
             lines.append(f"| {c.case} | `{c.function.removeprefix('mpslinalg.')}` | {_ratio(c.eager_ratio)} | "
-                         f"{_ratio(c.graph_ratio)} | {c.eager.seconds * 1e3:.3g} | {hbm} | {peer} |")
+                         f"{_ratio(c.graph_ratio)} | {_ms(c.eager.seconds)} | {hbm} | {peer} |")
     return "\n".join(lines) + "\n"
 
 

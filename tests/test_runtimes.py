@@ -427,9 +427,12 @@ def test_bench_plot_writes_the_performance_page_and_its_figures(tmp_path):
     bench.write(results, "# mpslinalg benchmark\n\nSome GPU via cuda; 2026-12-05. Time per call", 1e12, None, str(tmp_path / "b.json"))
     assert bench.main(["--plot", str(tmp_path / "b.json"), "--page", str(tmp_path / "perf.md")]) == 0
     page = (tmp_path / "perf.md").read_text()
-    assert "on Some GPU via cuda; 2026-12-05." in page
+    assert page.index("## Plots") < page.index("## Runs") < page.index("## inv")  # summary and plots first
+    assert "faster in 1 of 2 measured cases" in page
+    assert "| [inv](#inv) | Some GPU | 1 | 1 | 4x | 4x (1000 x 4x4 float32) |" in page
+    assert "| inv, svd | Some GPU | 2026-12-05 | cuda |" in page
     assert "| 1000 x 4x4 float32 | `inv_ex` | 4x | 8x | 1 | 0% | cupy.linalg.inv 2 ms |" in page
-    assert "| `svd` | 1024x1024 float32 | 0.025x | 2e+03 | 50 |" in page  # torch is faster
+    assert "| `svd` | 1024x1024 float32 | 0.025x | 2,000 | 50 |" in page  # torch is faster; no exponents
     assert "Not measured on a GPU yet: triangular, lu, qr, cholesky, eigh, eig, matrix_exp, large." in page
     for family in ("inv", "svd"):
         assert f"](perf/{family}.svg)" in page and (tmp_path / "perf" / f"{family}.svg").read_text().startswith("<?xml")
