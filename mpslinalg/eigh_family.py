@@ -267,9 +267,9 @@ def _by_blocks(A: torch.Tensor, upper: bool, vectors: bool) -> tuple[torch.Tenso
     return w, _nan_where_nonfinite(w, 1.5 * V - 0.5 * (V @ (V.mH @ V)))
 
 
-# n from which _by_division runs (below: _by_blocks). Not yet measured on a GPU: Jacobi's
-# relative accuracy is kept where its cost, about n^3 sweeps of one-threadgroup kernels
-# past a few hundred columns, has not been seen to lose.
+# n from which _by_division runs (below: _by_blocks). A first choice, not measured on a GPU:
+# block Jacobi's rounds of launches grow as (n / BLOCK)^2 a sweep, the divide and conquer's
+# splits as n / 64, each a few QRs; past a few hundred columns the splits should win.
 DIVISION_FROM = 256
 
 
