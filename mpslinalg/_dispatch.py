@@ -36,7 +36,7 @@ _warned: set[str] = set()
 
 
 def cpu_backend() -> str:
-    name = _cpu_backend.get() or os.environ.get("MPSLINALG_BACKEND", "torch")
+    name = _cpu_backend.get() or os.environ.get("MPSLINALG_BACKEND") or "torch"  # set but empty: unset
     if name not in CPU_BACKENDS:
         raise ValueError(f"MPSLINALG_BACKEND must be one of {CPU_BACKENDS}, got {name!r}")
     return name

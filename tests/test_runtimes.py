@@ -221,6 +221,8 @@ def test_cpu_default_is_torch_linalg(monkeypatch):
     with pytest.raises(ValueError, match="use_backend"):
         with LA.use_backend("cuda"):
             pass
+    monkeypatch.setenv("MPSLINALG_BACKEND", "")  # set but empty (`export MPSLINALG_BACKEND=`): the default
+    assert _dispatch.kernel_runtime(torch.zeros(2, 2)) is None
     monkeypatch.setenv("MPSLINALG_BACKEND", "metal")
     with pytest.raises(ValueError, match="MPSLINALG_BACKEND"):
         _dispatch.kernel_runtime(torch.zeros(2, 2))
