@@ -187,8 +187,10 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iter
             shape = f"{count}x{m}x{n} {mode}"
             yield Row("qr", name, shape + " residual", residual, testing.THRESHOLD, seconds, via)
             yield Row("qr", name, shape + " orthogonality", orthogonality, testing.THRESHOLD, seconds, via)
-    # sqrt03: ||op(Q) C - ormqr(C)||_1 / (m ||C||_1 eps), Q formed by householder_product.
-    m, k = 150, 70
+    # sqrt03: ||op(Q) C - ormqr(C)||_1 / (m ||C||_1 eps), Q formed by householder_product;
+    # blocked (150 x 70), or with --quick on the small kernels (the panel kernels' instances
+    # take a minute and a half to compile on a 2-core CPU).
+    m, k = (24, 16) if quick else (150, 70)
     packed, tau = LA.geqrf(_normal(rng, (2, m, k), dtype).to(device))
     Q = torch.from_numpy(testing.exact(LA.householder_product(torch.nn.functional.pad(packed, (0, m - k)), tau)))
     for left, transpose in ((True, False), (True, True), (False, False), (False, True)):
@@ -200,7 +202,7 @@ def _qr_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iter
         error = torch.linalg.matrix_norm(torch.from_numpy(testing.exact(X)) - expected, 1)
         ratio = (error / (m * torch.linalg.matrix_norm(c, 1) * testing.eps(dtype))).max().item()
         flags = ("left" if left else "right") + (" Q^H" if transpose else " Q")
-        yield Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "blocked")
+        yield Row("ormqr", name, f"2x{m}x{k} {flags}", ratio, testing.THRESHOLD, seconds, "small kernels" if quick else "blocked")
 
 
 def _svd_rows(device: torch.device, dtype: torch.dtype, rng, quick: bool) -> Iterator[Row]:
