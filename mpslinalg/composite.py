@@ -88,10 +88,6 @@ def _into(out, result: torch.Tensor) -> torch.Tensor:
     return out.copy_(result)
 
 
-def _hermitian_part(M: torch.Tensor) -> torch.Tensor:
-    return (M + M.mH) / 2
-
-
 # --- Sylvester equations H Z + Z H = Y with Hermitian positive definite H ---
 
 
@@ -176,7 +172,7 @@ class _Sqrth(torch.autograd.Function):
     @_sharding.mixable  # a DTensor's plain helpers replicated, as the public functions'
     def backward(ctx, G, _s, _V):
         X, s, V = ctx.saved_tensors
-        return _sylvester(X, _hermitian_part(G), s, V), None
+        return _sylvester(X, qdwh.hermitian_part(G), s, V), None
 
 
 class _SqrthWithJvp(_Sqrth):
@@ -185,7 +181,7 @@ class _SqrthWithJvp(_Sqrth):
     @staticmethod
     def jvp(ctx, dA, _kernels):
         X, s, V = ctx.saved_tensors
-        return _solve_sylvester(s, V, _hermitian_part(dA)), None, None
+        return _solve_sylvester(s, V, qdwh.hermitian_part(dA)), None, None
 
 
 def _matrix_sqrth(A: torch.Tensor, kernels: bool) -> torch.Tensor:

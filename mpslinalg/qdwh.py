@@ -95,7 +95,8 @@ def polar_factor(A: torch.Tensor) -> torch.Tensor:
 
 
 def hermitian_part(M: torch.Tensor) -> torch.Tensor:
-    return 0.5 * (M + M.mH)
+    """(M + M^H) / 2 (composite's Sylvester derivatives use it too)."""
+    return (M + M.mH) / 2
 
 
 def _gaussian(n: int, k: int, like: torch.Tensor) -> torch.Tensor:
