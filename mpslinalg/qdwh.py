@@ -38,7 +38,7 @@ import math
 
 import torch
 
-from . import _checks, cholesky_family, qr_family
+from . import _checks, cholesky_family, qr_family, svd_family
 
 CHOLESKY_FROM = 100.0  # c above it: the QR-based iteration (Nakatsukasa and Higham's)
 MAX_ITERATIONS = 10
@@ -74,8 +74,9 @@ def polar_factor(A: torch.Tensor) -> torch.Tensor:
     real = _checks.real_dtype(A.dtype)
     # By a power of two first (exact), so that the norms neither overflow nor underflow.
     largest = A.abs().amax(dim=(-2, -1))
-    e = torch.frexp(largest).exponent
-    A = A * torch.exp2(-torch.where(largest > 0, e, 0).to(real))[:, None, None].to(A.dtype)
+    e = torch.where(largest > 0, torch.frexp(largest).exponent, 0)
+    down = svd_family._power_of_two(-e, real)  # two factors: 2^-e alone overflows for subnormal A
+    A = A * down[0][:, None, None].to(A.dtype) * down[1][:, None, None].to(A.dtype)
     one_norm = A.abs().sum(-2).amax(-1)
     inf_norm = A.abs().sum(-1).amax(-1)
     alpha = torch.sqrt(one_norm * inf_norm)  # >= ||A||_2

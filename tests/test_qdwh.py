@@ -164,3 +164,16 @@ def test_polar_gradients_by_qdwh(device, monkeypatch):
     assert composite._polar_by_qdwh(A.detach()) is not None
     torch.autograd.gradcheck(lambda X: LA.polar(X), (A,))
     torch.autograd.gradgradcheck(lambda X: LA.polar(X), (A,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_polar_factor_of_subnormal_and_huge_matrices(device, dtype):
+    """The power-of-two scaling before the norms: A's polar factor is that of A 2^-140
+    (subnormal entries; 2^140 alone overflows float32) and of A 2^100."""
+    supported(device, dtype)
+    A = torch.from_numpy(latms(N, 10.0, 1.0, np.random.default_rng(13), dtype.is_complex)).to(dtype)
+    U = qdwh.polar_factor(A[None].to(device))[0].cpu()
+    for scale in (2.0**-140, 2.0**100):
+        scaled = qdwh.polar_factor((A * scale)[None].to(device))[0].cpu()
+        assert torch.isfinite(scaled).all()
+        assert (scaled - U).abs().max() < 1e3 * N * torch.finfo(torch.float32).eps
